@@ -1,0 +1,1 @@
+"""Collectors, vendor-name mapping, the fabric simulator, and trace record/replay."""

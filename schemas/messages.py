@@ -1,0 +1,231 @@
+"""Wire messages: typed, validated on decode, versioned.
+
+Every message is one JSON object with a ``type`` tag and a schema version ``v``. A device snapshot
+is columnar (a counter table plus a ports x counters value matrix) because one Kafka message per
+device snapshot is what keeps Python fast enough: decoding a matrix of ints and handing it to numpy
+costs tens of nanoseconds per value, while one object per counter would cost microseconds.
+
+msgspec does the decoding: it validates types while parsing and its errors name the field path
+(``Expected `int`, got `str` - at `$.ts_ns```), which is what a dead-letter reason needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+SCHEMA_VERSION = 1
+
+CounterKind = Literal["counter", "gauge", "watermark"]
+DeviceKind = Literal["nic", "switch"]
+AnomalyKind = Literal["pfc_storm", "incast", "ecmp_collapse", "outlier"]
+Severity = Literal["info", "warning", "critical"]
+Status = Literal["firing", "updated", "resolved"]
+Operation = Literal[
+    "AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Send", "Recv", "SendRecv", "Broadcast", "Reduce",
+]
+
+
+class DecodeError(ValueError):
+    """A message that cannot be decoded; the text names the field and the reason."""
+
+
+class CounterSpec(msgspec.Struct, frozen=True, array_like=False, omit_defaults=True):
+    """One column of a snapshot.
+
+    ``index`` is the PFC priority for per-priority counters and the queue id for per-queue counters
+    (the vocabulary says which). ``width`` is where the raw counter wraps (IB PMA error counters are
+    8 or 16 bits and saturate instead; a saturated counter simply stops moving). ``scale`` converts
+    raw units to canonical ones and is applied to the wrapped delta, not the raw value: IB ``port_xmit_data`` counts octets / 4 and wraps at its own
+    width, so multiplying before unwrapping would put the wrap point in the wrong place.
+    """
+
+    name: str
+    kind: CounterKind = "counter"
+    width: Literal[8, 16, 32, 64] = 64
+    index: int | None = None
+    scale: int = 1
+
+
+class Snapshot(msgspec.Struct, tag="snapshot", tag_field="type", omit_defaults=True):
+    """All counters of one device read at one instant (``ts_ns``: collector clock, ns since epoch)."""
+
+    device: str
+    device_kind: DeviceKind
+    ts_ns: int
+    counters: list[CounterSpec]
+    ports: list[str]
+    values: list[list[int | None]]
+    source: str = ""
+    v: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if self.ts_ns <= 0:
+            raise ValueError("ts_ns must be a positive integer of nanoseconds since the epoch")
+        if len(self.values) != len(self.ports):
+            raise ValueError(f"values has {len(self.values)} rows but there are {len(self.ports)} ports")
+        ncols = len(self.counters)
+        for i, row in enumerate(self.values):
+            if len(row) != ncols:
+                raise ValueError(f"values[{i}] has {len(row)} entries but there are {ncols} counters")
+
+
+class Phase(msgspec.Struct, tag="phase", tag_field="type", omit_defaults=True):
+    """A collective of one job: who took part, how much, when (``end_ns`` is None while running)."""
+
+    job: str
+    comm: str
+    op: Operation
+    begin_ns: int
+    bytes: int = 0
+    hosts: list[str] = msgspec.field(default_factory=list)
+    rank_hosts: dict[int, str] = msgspec.field(default_factory=dict)
+    root_rank: int | None = None
+    end_ns: int | None = None
+    source: str = ""
+    v: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if not self.hosts and not self.rank_hosts:
+            raise ValueError("a phase needs hosts or rank_hosts")
+        if self.end_ns is not None and self.end_ns < self.begin_ns:
+            raise ValueError("end_ns is before begin_ns")
+        if self.bytes < 0:
+            raise ValueError("bytes is negative")
+
+    def participants(self) -> list[str]:
+        """Hosts taking part, from ``hosts`` or the rank map."""
+        return self.hosts or sorted(set(self.rank_hosts.values()))
+
+
+class Device(msgspec.Struct, frozen=True, omit_defaults=True):
+    id: str
+    kind: Literal["host", "nic", "leaf", "spine"]
+    pod: str = ""
+    host: str = ""
+
+
+class Link(msgspec.Struct, frozen=True, omit_defaults=True):
+    a_device: str
+    a_port: str
+    b_device: str
+    b_port: str
+    speed_gbps: float = 400.0
+
+
+class EcmpGroup(msgspec.Struct, frozen=True, omit_defaults=True):
+    id: str
+    device: str
+    members: list[str]
+    toward: str = ""
+
+
+class NicAttachment(msgspec.Struct, frozen=True, omit_defaults=True):
+    host: str
+    nic: str
+    nic_port: str
+    leaf: str
+    leaf_port: str
+
+
+class Topology(msgspec.Struct, tag="topology", tag_field="type", omit_defaults=True):
+    """The fabric as the detectors need it: who is wired to whom, and which ports hash together."""
+
+    ts_ns: int
+    devices: list[Device]
+    links: list[Link]
+    ecmp_groups: list[EcmpGroup] = msgspec.field(default_factory=list)
+    nics: list[NicAttachment] = msgspec.field(default_factory=list)
+    v: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        known = {d.id for d in self.devices}
+        for i, link in enumerate(self.links):
+            for dev in (link.a_device, link.b_device):
+                if dev not in known:
+                    raise ValueError(f"links[{i}] names unknown device {dev!r}")
+        for i, group in enumerate(self.ecmp_groups):
+            if group.device not in known:
+                raise ValueError(f"ecmp_groups[{i}] names unknown device {group.device!r}")
+            if len(group.members) < 2:
+                raise ValueError(f"ecmp_groups[{i}] has fewer than two members")
+
+
+class RootCause(msgspec.Struct, frozen=True, omit_defaults=True):
+    device: str
+    port: str = ""
+    priority: int | None = None
+    group: str = ""
+
+
+class Anomaly(msgspec.Struct, tag="anomaly", tag_field="type", omit_defaults=True):
+    """One incident's state; ``fingerprint`` stays the same from firing to resolved."""
+
+    fingerprint: str
+    kind: AnomalyKind
+    severity: Severity
+    status: Status
+    start_ns: int
+    ts_ns: int
+    root: RootCause
+    summary: str
+    hint: str = ""
+    end_ns: int | None = None
+    devices: list[str] = msgspec.field(default_factory=list)
+    hosts: list[str] = msgspec.field(default_factory=list)
+    jobs: list[str] = msgspec.field(default_factory=list)
+    collectives: list[str] = msgspec.field(default_factory=list)
+    evidence: dict[str, float | int | str] = msgspec.field(default_factory=dict)
+    v: int = SCHEMA_VERSION
+
+
+class Label(msgspec.Struct, tag="label", tag_field="type", omit_defaults=True):
+    """Ground truth for a trace: a fault (or a benign look-alike, kind ``benign``) and its root."""
+
+    kind: Literal["pfc_storm", "incast", "ecmp_collapse", "outlier", "benign"]
+    start_ns: int
+    end_ns: int
+    root: RootCause
+    jobs: list[str] = msgspec.field(default_factory=list)
+    note: str = ""
+    v: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if self.end_ns < self.start_ns:
+            raise ValueError("end_ns is before start_ns")
+
+
+Message = Snapshot | Phase | Topology | Anomaly | Label
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(Message)
+_typed_decoders: dict[type, msgspec.json.Decoder] = {}
+
+
+def encode(msg: Message) -> bytes:
+    return _encoder.encode(msg)
+
+
+def decode(data: bytes | str, expected: type | None = None) -> Any:
+    """Decode one message; raise DecodeError naming the field on anything malformed.
+
+    ``expected`` restricts the accepted type (a counters topic takes snapshots only).
+    """
+    decoder = _decoder if expected is None else _typed_decoder(expected)
+    try:
+        msg = decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise DecodeError(str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise DecodeError(f"not valid JSON: {exc}") from None
+    if msg.v != SCHEMA_VERSION:
+        raise DecodeError(f"unsupported schema version v={msg.v} (this build reads v={SCHEMA_VERSION})")
+    return msg
+
+
+def _typed_decoder(expected: type) -> msgspec.json.Decoder:
+    decoder = _typed_decoders.get(expected)
+    if decoder is None:
+        decoder = _typed_decoders[expected] = msgspec.json.Decoder(expected)
+    return decoder

@@ -1,0 +1,11 @@
+"""Topic names, shared by publishers, workers, the trace format and replay."""
+
+COUNTERS = "fabric.counters"
+PHASES = "fabric.phases"
+TOPOLOGY = "fabric.topology"
+RATES = "fabric.rates"
+SYMPTOMS = "fabric.symptoms"
+ANOMALIES = "fabric.anomalies"
+DEADLETTER = "fabric.deadletter"
+LABELS = "fabric.labels"
+"""Ground truth in traces only; never published to a broker."""

@@ -1,0 +1,1 @@
+"""Kafka/Faust adapters around the pure core (see the streaming issue)."""
