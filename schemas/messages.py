@@ -23,7 +23,15 @@ AnomalyKind = Literal["pfc_storm", "incast", "ecmp_collapse", "outlier"]
 Severity = Literal["info", "warning", "critical"]
 Status = Literal["firing", "updated", "resolved"]
 Operation = Literal[
-    "AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Send", "Recv", "SendRecv", "Broadcast", "Reduce",
+    "AllReduce",
+    "AllGather",
+    "ReduceScatter",
+    "AllToAll",
+    "Send",
+    "Recv",
+    "SendRecv",
+    "Broadcast",
+    "Reduce",
 ]
 
 
@@ -31,14 +39,15 @@ class DecodeError(ValueError):
     """A message that cannot be decoded; the text names the field and the reason."""
 
 
-class CounterSpec(msgspec.Struct, frozen=True, array_like=False, omit_defaults=True):
+class CounterSpec(msgspec.Struct, frozen=True, omit_defaults=True):
     """One column of a snapshot.
 
     ``index`` is the PFC priority for per-priority counters and the queue id for per-queue counters
     (the vocabulary says which). ``width`` is where the raw counter wraps (IB PMA error counters are
     8 or 16 bits and saturate instead; a saturated counter simply stops moving). ``scale`` converts
-    raw units to canonical ones and is applied to the wrapped delta, not the raw value: IB ``port_xmit_data`` counts octets / 4 and wraps at its own
-    width, so multiplying before unwrapping would put the wrap point in the wrong place.
+    raw units to canonical ones and is applied to the wrapped delta, not the raw value: IB
+    ``port_xmit_data`` counts octets / 4 and wraps at its own width, so multiplying before
+    unwrapping would put the wrap point in the wrong place.
     """
 
     name: str
