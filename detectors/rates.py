@@ -1,0 +1,194 @@
+"""Counters to per-second rates, one device snapshot at a time, vectorised over all its values.
+
+A raw counter can wrap (at its width), reset (driver reload, reboot, clear), arrive late, twice,
+or not at all. The rules, applied to the whole ports x counters matrix at once:
+
+* the delta is taken modulo the counter's width, so a single wrap comes out right by itself;
+* a decrease is a wrap only if the wrapped delta is physically possible in the interval
+  (``max_rate`` x dt from the vocabulary); otherwise the counter was reset;
+* a reset is a property of a port, not of one counter: when any counter of a port was reset, every
+  counter of that port that went down is taken as counting from zero (delta = current value);
+  this is what catches a 32-bit counter whose reset would otherwise pass for a wrap;
+* a rate above the physical maximum is unknown (NaN), never a number; so is a rate whose previous
+  value is missing. Negative rates cannot occur;
+* a snapshot with the same timestamp as the previous one is a duplicate and one older than it is
+  late: both are dropped and counted, and the state does not move backwards.
+
+Gauges pass through; watermarks (peak since the previous read) pass through too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from schemas.messages import CounterSpec, Snapshot
+from schemas.vocabulary import canonical
+
+_KIND_COUNTER = "counter"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Column metadata of a snapshot, as arrays, computed once per distinct counter table."""
+
+    counters: tuple[CounterSpec, ...]
+    is_counter: np.ndarray
+    mask: np.ndarray
+    scale: np.ndarray
+    max_rate: np.ndarray
+    positions: dict[tuple[str, int | None], int]
+
+    @classmethod
+    def of(cls, counters: tuple[CounterSpec, ...]) -> Layout:
+        vocab = canonical()
+        max_rate = [vocab[c.name].max_rate if c.name in vocab else np.inf for c in counters]
+        return cls(
+            counters=counters,
+            is_counter=np.array([c.kind == _KIND_COUNTER for c in counters], dtype=bool),
+            mask=np.array([(1 << c.width) - 1 for c in counters], dtype=np.uint64),
+            scale=np.array([c.scale for c in counters], dtype=np.float64),
+            max_rate=np.array(max_rate, dtype=np.float64),
+            positions={(c.name, c.index): i for i, c in enumerate(counters)},
+        )
+
+    def col(self, name: str, index: int | None = None) -> int | None:
+        return self.positions.get((name, index))
+
+    def indexed(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """Columns of a per-priority or per-queue counter, with their priority/queue numbers."""
+        pairs = sorted(
+            (idx, pos) for (n, idx), pos in self.positions.items() if n == name and idx is not None
+        )
+        return (
+            np.array([p for _, p in pairs], dtype=np.intp),
+            np.array([i for i, _ in pairs], dtype=np.int64),
+        )
+
+
+@dataclass
+class RateFrame:
+    """Rates of one device over one interval: counters per second, gauges and watermarks as read."""
+
+    device: str
+    device_kind: str
+    ts_ns: int
+    dt_s: float
+    ports: list[str]
+    layout: Layout
+    values: np.ndarray
+
+
+@dataclass
+class RateStats:
+    snapshots: int = 0
+    values: int = 0
+    frames: int = 0
+    duplicates: int = 0
+    late: int = 0
+    port_resets: int = 0
+    impossible: int = 0
+    layout_changes: int = 0
+
+
+@dataclass
+class _DeviceState:
+    ts_ns: int
+    layout: Layout
+    ports: list[str]
+    raw: np.ndarray
+    valid: np.ndarray
+
+
+@dataclass
+class RateEngine:
+    """Per-device counter state; one engine per worker, fed that worker's devices in arrival order."""
+
+    stats: RateStats = field(default_factory=RateStats)
+    _devices: dict[str, _DeviceState] = field(default_factory=dict)
+    _layouts: dict[tuple[CounterSpec, ...], Layout] = field(default_factory=dict)
+
+    def update(self, snap: Snapshot) -> RateFrame | None:
+        """Fold one snapshot in; return the rates since the previous one, or None if there are none."""
+        self.stats.snapshots += 1
+        self.stats.values += len(snap.ports) * len(snap.counters)
+        layout = self._layout(snap.counters)
+        raw, valid = _as_matrix(snap.values, len(snap.ports), len(snap.counters))
+        prev = self._devices.get(snap.device)
+        if prev is not None and snap.ts_ns <= prev.ts_ns:
+            if snap.ts_ns == prev.ts_ns:
+                self.stats.duplicates += 1
+            else:
+                self.stats.late += 1
+            return None
+        self._devices[snap.device] = _DeviceState(snap.ts_ns, layout, snap.ports, raw, valid)
+        if prev is None:
+            return None
+        if prev.layout is not layout or prev.ports != snap.ports:
+            self.stats.layout_changes += 1
+            prev = _realign(prev, layout, snap.ports)
+        dt = (snap.ts_ns - prev.ts_ns) / 1e9
+        values = self._rates(layout, prev, raw, valid, dt)
+        self.stats.frames += 1
+        return RateFrame(snap.device, snap.device_kind, snap.ts_ns, dt, snap.ports, layout, values)
+
+    def forget(self, device: str) -> None:
+        """Drop a device's state (it left the fabric or moved to another worker)."""
+        self._devices.pop(device, None)
+
+    def _layout(self, counters: list[CounterSpec]) -> Layout:
+        key = tuple(counters)
+        layout = self._layouts.get(key)
+        if layout is None:
+            layout = self._layouts[key] = Layout.of(key)
+        return layout
+
+    def _rates(
+        self, layout: Layout, prev: _DeviceState, cur: np.ndarray, valid: np.ndarray, dt: float
+    ) -> np.ndarray:
+        is_counter = layout.is_counter
+        went_down = (cur < prev.raw) & is_counter
+        wrapped = ((cur - prev.raw) & layout.mask).astype(np.float64) * layout.scale
+        limit = layout.max_rate * dt
+        reset = went_down & (wrapped > limit)
+        port_reset = reset.any(axis=1, keepdims=True)
+        self.stats.port_resets += int(port_reset.sum())
+        since_reset = went_down & port_reset
+        delta = np.where(since_reset, cur.astype(np.float64) * layout.scale, wrapped)
+        rates = delta / dt
+        impossible = is_counter & (rates > layout.max_rate)
+        known = valid & prev.valid
+        rates = np.where(is_counter, rates, cur.astype(np.float64))
+        bad = impossible | ~(valid & (known | ~is_counter))
+        self.stats.impossible += int((impossible & known).sum())
+        rates[bad] = np.nan
+        return rates
+
+
+def _as_matrix(values: list[list[int | None]], nports: int, ncols: int) -> tuple[np.ndarray, np.ndarray]:
+    """Values as a uint64 matrix plus a validity mask; missing or negative entries are invalid."""
+    try:
+        raw = np.array(values, dtype=np.uint64).reshape(nports, ncols)
+        return raw, np.ones((nports, ncols), dtype=bool)
+    except (TypeError, OverflowError):
+        pass
+    flat = [v if isinstance(v, int) and 0 <= v < 1 << 64 else None for row in values for v in row]
+    valid = np.array([v is not None for v in flat], dtype=bool).reshape(nports, ncols)
+    raw = np.array([v or 0 for v in flat], dtype=np.uint64).reshape(nports, ncols)
+    return raw, valid
+
+
+def _realign(prev: _DeviceState, layout: Layout, ports: list[str]) -> _DeviceState:
+    """Previous values rearranged to a new counter table or port list; what is new has no previous."""
+    raw = np.zeros((len(ports), len(layout.counters)), dtype=np.uint64)
+    valid = np.zeros_like(raw, dtype=bool)
+    old_row = {p: i for i, p in enumerate(prev.ports)}
+    rows = [(i, old_row[p]) for i, p in enumerate(ports) if p in old_row]
+    cols = [(j, prev.layout.positions[k]) for k, j in layout.positions.items() if k in prev.layout.positions]
+    if rows and cols:
+        new_r, old_r = (np.array(x, dtype=np.intp) for x in zip(*rows, strict=True))
+        new_c, old_c = (np.array(x, dtype=np.intp) for x in zip(*cols, strict=True))
+        raw[np.ix_(new_r, new_c)] = prev.raw[np.ix_(old_r, old_c)]
+        valid[np.ix_(new_r, new_c)] = prev.valid[np.ix_(old_r, old_c)]
+    return _DeviceState(prev.ts_ns, layout, ports, raw, valid)

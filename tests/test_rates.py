@@ -1,0 +1,200 @@
+"""Counter arithmetic: wraps, resets, gaps, duplicates, late snapshots, scaled IB counters."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from detectors.rates import RateEngine
+from schemas.messages import CounterSpec, Snapshot
+from schemas.vocabulary import max_rate
+
+T0 = 1_700_000_000_000_000_000
+BYTES_MAX = max_rate("tx_bytes")
+OOB_MAX = max_rate("out_of_buffer")
+
+
+def snap(ts_ns: int, counters: list[CounterSpec], rows: list[list[int | None]], ports=None) -> Snapshot:
+    ports = ports or [f"p{i}" for i in range(len(rows))]
+    return Snapshot(device="d", device_kind="nic", ts_ns=ts_ns, counters=counters, ports=ports, values=rows)
+
+
+def run(engine: RateEngine, snaps: list[Snapshot]) -> list:
+    return [f for f in (engine.update(s) for s in snaps) if f is not None]
+
+
+BYTES64 = CounterSpec("tx_bytes", width=64)
+OOB32 = CounterSpec("out_of_buffer", width=32)
+QOCC = CounterSpec("queue_occupancy_bytes", kind="gauge", index=3)
+WM = CounterSpec("queue_watermark_bytes", kind="watermark", index=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    width=st.sampled_from([32, 64]),
+    start=st.integers(min_value=0, max_value=2**64 - 1),
+    dt_ms=st.sampled_from([100, 1000, 10_000]),
+    fractions=st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=1, max_size=20),
+)
+def test_wrapped_counter_gives_exact_increments(width, start, dt_ms, fractions):
+    """A counter that wraps any number of times over a run still yields the true per-interval rate."""
+    spec = CounterSpec("out_of_buffer", width=width)
+    limit = min(OOB_MAX * dt_ms / 1000, 2**width - 1)
+    increments = [int(f * limit) for f in fractions]
+    modulus = 2**width
+    value = start % modulus
+    snaps = [snap(T0, [spec], [[value]])]
+    for i, inc in enumerate(increments, start=1):
+        value = (value + inc) % modulus
+        snaps.append(snap(T0 + i * dt_ms * 1_000_000, [spec], [[value]]))
+    frames = run(RateEngine(), snaps)
+    got = [f.values[0, 0] * f.dt_s for f in frames]
+    assert len(got) == len(increments)
+    for g, want in zip(got, increments, strict=True):
+        assert math.isclose(g, want, rel_tol=1e-9, abs_tol=1e-6)
+
+
+def test_64bit_wrap_near_the_top():
+    e = RateEngine()
+    top = 2**64 - 1000
+    frames = run(e, [snap(T0, [BYTES64], [[top]]), snap(T0 + 10**9, [BYTES64], [[500]])])
+    assert frames[0].values[0, 0] == 1500.0
+    assert e.stats.port_resets == 0
+
+
+def test_64bit_decrease_far_from_top_is_a_reset_counting_from_zero():
+    e = RateEngine()
+    frames = run(e, [snap(T0, [BYTES64], [[10**15]]), snap(T0 + 10**9, [BYTES64], [[4096]])])
+    assert frames[0].values[0, 0] == 4096.0
+    assert e.stats.port_resets == 1
+
+
+def test_port_reset_also_resets_32bit_counters_that_would_pass_for_a_wrap():
+    """A driver reload zeroes every counter; the 32-bit one must not read as a 4 G wrap."""
+    e = RateEngine()
+    dt = 10 * 10**9  # at 10 s polling a 32-bit wrap of ~4.29e9 is physically possible
+    before = [[10**14, 2**32 - 10]]
+    after = [[2000, 7]]
+    frames = run(e, [snap(T0, [BYTES64, OOB32], before), snap(T0 + dt, [BYTES64, OOB32], after)])
+    assert frames[0].values[0].tolist() == [200.0, 0.7]
+
+
+def test_reset_on_one_port_leaves_the_other_port_alone():
+    e = RateEngine()
+    s0 = snap(T0, [BYTES64, OOB32], [[10**14, 2**32 - 10], [10**14, 2**32 - 10]])
+    s1 = snap(T0 + 10 * 10**9, [BYTES64, OOB32], [[2000, 7], [10**14 + 10, 7]])
+    frames = run(e, [s0, s1])
+    assert frames[0].values[0].tolist() == [200.0, 0.7]
+    assert frames[0].values[1].tolist() == [1.0, 1.7]  # port 1's 32-bit counter did wrap
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1), st.integers(1, 20_000)),
+        min_size=2,
+        max_size=12,
+    )
+)
+def test_garbage_never_gives_negative_or_impossible_rates(steps):
+    """Whatever a broken collector sends, a rate is either physically possible or unknown."""
+    e = RateEngine()
+    ts = T0
+    for v64, v32, dt_ms in steps:
+        ts += dt_ms * 1_000_000
+        frame = e.update(snap(ts, [BYTES64, OOB32], [[v64, v32]]))
+        if frame is None:
+            continue
+        r = frame.values[0]
+        for rate, cap in zip(r, (BYTES_MAX, OOB_MAX), strict=True):
+            assert math.isnan(rate) or 0.0 <= rate <= cap
+
+
+def test_duplicates_and_late_snapshots_are_dropped_and_counted():
+    e = RateEngine()
+    s = [snap(T0 + i * 10**9, [BYTES64], [[1000 * i]]) for i in range(5)]
+    frames = run(e, [s[0], s[1], s[1], s[3], s[2], s[4]])
+    assert [f.ts_ns for f in frames] == [s[1].ts_ns, s[3].ts_ns, s[4].ts_ns]
+    assert [f.values[0, 0] for f in frames] == [1000.0, 1000.0, 1000.0]
+    assert (e.stats.duplicates, e.stats.late) == (1, 1)
+
+
+def test_gap_gives_the_average_rate_over_the_gap():
+    e = RateEngine()
+    frames = run(e, [snap(T0, [BYTES64], [[0]]), snap(T0 + 7 * 10**9, [BYTES64], [[7_000_000]])])
+    assert frames[0].dt_s == 7.0
+    assert frames[0].values[0, 0] == 1_000_000.0
+
+
+def test_ib_data_counters_count_four_octet_words_and_wrap_at_their_width():
+    """port_xmit_data counts octets / 4: the delta is unwrapped first, then multiplied by 4."""
+    e = RateEngine()
+    spec = CounterSpec("tx_bytes", width=32, scale=4)
+    frames = run(e, [snap(T0, [spec], [[2**32 - 100]]), snap(T0 + 10**9, [spec], [[900]])])
+    assert frames[0].values[0, 0] == 4000.0
+
+
+def test_gauges_and_watermarks_pass_through_and_missing_values_are_unknown():
+    e = RateEngine()
+    cols = [BYTES64, QOCC, WM]
+    frames = run(
+        e,
+        [
+            snap(T0, cols, [[0, 10, 20]]),
+            snap(T0 + 10**9, cols, [[None, 300_000, 450_000]]),
+            snap(T0 + 2 * 10**9, cols, [[5000, 0, 1]]),
+            snap(T0 + 3 * 10**9, cols, [[6000, 0, 1]]),
+        ],
+    )
+    assert math.isnan(frames[0].values[0, 0])
+    assert frames[0].values[0, 1:].tolist() == [300_000.0, 450_000.0]
+    assert math.isnan(frames[1].values[0, 0])  # previous value missing: rate unknown, not 5000
+    assert frames[2].values[0, 0] == 1000.0
+
+
+def test_a_counter_that_appears_mid_run_starts_unknown_and_others_carry_on():
+    e = RateEngine()
+    frames = run(
+        e,
+        [
+            snap(T0, [BYTES64], [[0]]),
+            snap(T0 + 10**9, [BYTES64, OOB32], [[100, 5]]),
+            snap(T0 + 2 * 10**9, [BYTES64, OOB32], [[300, 9]]),
+        ],
+    )
+    assert frames[0].values[0, 0] == 100.0 and math.isnan(frames[0].values[0, 1])
+    assert frames[1].values[0].tolist() == [200.0, 4.0]
+    assert e.stats.layout_changes == 1
+
+
+def test_ports_reordered_between_snapshots_keep_their_own_history():
+    e = RateEngine()
+    s0 = snap(T0, [BYTES64], [[100], [5000]], ports=["a", "b"])
+    s1 = snap(T0 + 10**9, [BYTES64], [[5100], [200]], ports=["b", "a"])
+    frames = run(e, [s0, s1])
+    assert frames[0].values[:, 0].tolist() == [100.0, 100.0]
+
+
+def test_devices_are_independent():
+    e = RateEngine()
+    a0 = Snapshot(device="a", device_kind="nic", ts_ns=T0, counters=[BYTES64], ports=["1"], values=[[0]])
+    b0 = Snapshot(device="b", device_kind="nic", ts_ns=T0 + 5, counters=[BYTES64], ports=["1"], values=[[0]])
+    a1 = Snapshot(
+        device="a", device_kind="nic", ts_ns=T0 + 10**9, counters=[BYTES64], ports=["1"], values=[[10]]
+    )
+    assert e.update(a0) is None and e.update(b0) is None
+    assert e.update(a1).values[0, 0] == 10.0
+
+
+def test_matrix_is_vectorised_over_ports_and_counters():
+    e = RateEngine()
+    cols = [CounterSpec("rx_pfc_frames", index=p) for p in range(8)]
+    base = np.arange(64 * 8, dtype=np.int64).reshape(64, 8) * 1000
+    frames = run(e, [snap(T0, cols, base.tolist()), snap(T0 + 10**9, cols, (base + 7).tolist())])
+    assert frames[0].values.shape == (64, 8)
+    assert np.all(frames[0].values == 7.0)
+    idx, prio = frames[0].layout.indexed("rx_pfc_frames")
+    assert prio.tolist() == list(range(8)) and idx.tolist() == list(range(8))
