@@ -39,6 +39,7 @@ class Layout:
     scale: np.ndarray
     max_rate: np.ndarray
     positions: dict[tuple[str, int | None], int]
+    _indexed: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, compare=False)
 
     @classmethod
     def of(cls, counters: tuple[CounterSpec, ...]) -> Layout:
@@ -58,13 +59,14 @@ class Layout:
 
     def indexed(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """Columns of a per-priority or per-queue counter, with their priority/queue numbers."""
-        pairs = sorted(
-            (idx, pos) for (n, idx), pos in self.positions.items() if n == name and idx is not None
-        )
-        return (
-            np.array([p for _, p in pairs], dtype=np.intp),
-            np.array([i for i, _ in pairs], dtype=np.int64),
-        )
+        found = self._indexed.get(name)
+        if found is None:
+            pairs = sorted((i, pos) for (n, i), pos in self.positions.items() if n == name and i is not None)
+            found = self._indexed[name] = (
+                np.array([p for _, p in pairs], dtype=np.intp),
+                np.array([i for i, _ in pairs], dtype=np.int64),
+            )
+        return found
 
 
 @dataclass
@@ -78,6 +80,16 @@ class RateFrame:
     ports: list[str]
     layout: Layout
     values: np.ndarray
+
+    def port(self, name: str) -> np.ndarray | None:
+        """One port-scope counter for every port, or None if this device does not report it."""
+        col = self.layout.col(name)
+        return None if col is None else self.values[:, col]
+
+    def indexed(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """A per-priority or per-queue counter as ports x indices, with the index numbers."""
+        cols, numbers = self.layout.indexed(name)
+        return self.values[:, cols], numbers
 
 
 @dataclass

@@ -1,0 +1,112 @@
+"""ECMP entropy collapse, per device: member byte shares of each ECMP group over the last polls.
+
+Three views of the same shares, as DESIGN.md asks: normalised Shannon entropy H/ln(N) (1 is
+perfectly even), max/mean, and the coefficient of variation (reported as evidence). The group must
+carry load that matters, judged by its hottest member's utilisation, because the cost of collapse
+is a saturated uplink next to idle ones; and the skew must persist.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from detectors.config import EcmpConfig
+from detectors.persistence import StreakTable
+from detectors.rates import RateFrame
+from schemas.messages import EcmpGroup, Symptom
+
+
+@dataclass
+class _GroupIndex:
+    groups: list[EcmpGroup]
+    rows: np.ndarray
+    members: np.ndarray
+    window: deque = field(default_factory=deque)
+
+
+class EcmpDetector:
+    def __init__(self, config: EcmpConfig) -> None:
+        self.config = config
+        self._index: dict[tuple[str, tuple[str, ...], tuple[str, ...]], _GroupIndex] = {}
+        self._streaks = StreakTable()
+
+    def update(self, frame: RateFrame, groups: list[EcmpGroup], line_Bps: np.ndarray) -> list[Symptom]:
+        tx = frame.port("tx_bytes")
+        if not groups or tx is None:
+            return []
+        index = self._group_index(frame, groups)
+        if index.rows.size == 0:
+            return []
+        cfg = self.config
+        sent = np.where(index.members, np.nan_to_num(tx)[index.rows] * frame.dt_s, 0.0)
+        index.window.append((sent, frame.dt_s))
+        while len(index.window) > cfg.window_polls:
+            index.window.popleft()
+        total_bytes = sum(b for b, _ in index.window)
+        seconds = sum(d for _, d in index.window)
+        util = np.where(index.members, total_bytes / seconds / line_Bps[index.rows], 0.0)
+
+        n = index.members.sum(axis=1)
+        group_total = total_bytes.sum(axis=1)
+        shares = total_bytes / np.maximum(group_total, 1.0)[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            plogp = np.where(shares > 0, shares * np.log(shares), 0.0)
+            entropy = -plogp.sum(axis=1) / np.log(n)
+            max_over_mean = shares.max(axis=1) * n
+            mean = 1.0 / n
+            cv = np.sqrt((np.where(index.members, (shares - mean[:, None]) ** 2, 0.0)).sum(axis=1) / n) / mean
+        hot = util.max(axis=1)
+        skewed = (
+            (hot >= cfg.min_hot_utilisation)
+            & (max_over_mean >= cfg.max_over_mean)
+            & (entropy <= cfg.max_entropy)
+        )
+
+        streak = self._streaks.get(frame.device, skewed.shape)
+        streak.step(skewed, frame.ts_ns, frame.dt_s)
+        streak.start(streak.polls >= cfg.persist_polls)
+        cleared = streak.stop(~skewed)
+
+        def symptom(g: int, active: bool) -> Symptom:
+            members = index.groups[g].members
+            return Symptom(
+                kind="ecmp_imbalance",
+                device=frame.device,
+                group=index.groups[g].id,
+                ts_ns=frame.ts_ns,
+                start_ns=int(streak.since_ns[g]),
+                active=active,
+                evidence={
+                    "entropy": round(float(entropy[g]), 4),
+                    "max_over_mean": round(float(max_over_mean[g]), 3),
+                    "cv": round(float(cv[g]), 3),
+                    "hot_utilisation": round(float(hot[g]), 3),
+                    "shares": " ".join(
+                        f"{m}={shares[g, k]:.2f}" for k, m in enumerate(members) if index.members[g, k]
+                    ),
+                },
+            )
+
+        return [symptom(g, True) for g in np.flatnonzero(streak.active)] + [
+            symptom(g, False) for g in cleared
+        ]
+
+    def _group_index(self, frame: RateFrame, groups: list[EcmpGroup]) -> _GroupIndex:
+        """Row numbers of each group's members in this device's port list, padded to a matrix."""
+        key = (frame.device, tuple(frame.ports), tuple(g.id for g in groups))
+        index = self._index.get(key)
+        if index is None:
+            where = {p: i for i, p in enumerate(frame.ports)}
+            usable = [g for g in groups if sum(m in where for m in g.members) >= 2]
+            width = max((len(g.members) for g in usable), default=0)
+            rows = np.zeros((len(usable), width), dtype=np.intp)
+            members = np.zeros((len(usable), width), dtype=bool)
+            for gi, g in enumerate(usable):
+                for k, m in enumerate(g.members):
+                    if m in where:
+                        rows[gi, k], members[gi, k] = where[m], True
+            index = self._index[key] = _GroupIndex(usable, rows, members)
+        return index

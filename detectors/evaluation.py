@@ -1,0 +1,116 @@
+"""Score incidents against a trace's ground-truth labels: precision, recall, localisation, delay.
+
+An incident matches a label of its kind when their time spans overlap (with a grace of two polls
+either side for counters that lag by up to a poll). Precision counts incidents, recall counts
+labels: two incidents for one fault lower precision, which is the "one incident per root cause"
+promise measured. Benign look-alike labels never match anything; incidents on them are false.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from schemas.messages import Anomaly, Label, RootCause
+
+_NS = 1e9
+
+
+@dataclass
+class Incident:
+    fingerprint: str
+    kind: str
+    root: RootCause
+    start_ns: int
+    first_alert_ns: int
+    end_ns: int
+
+
+@dataclass
+class KindScore:
+    kind: str
+    labels: int = 0
+    incidents: int = 0
+    true_incidents: int = 0
+    detected: int = 0
+    localised: int = 0
+    delays_s: list[float] = field(default_factory=list)
+
+    @property
+    def precision(self) -> float | None:
+        return self.true_incidents / self.incidents if self.incidents else None
+
+    @property
+    def recall(self) -> float | None:
+        return self.detected / self.labels if self.labels else None
+
+    @property
+    def localisation(self) -> float | None:
+        return self.localised / self.detected if self.detected else None
+
+    @property
+    def delay_max_s(self) -> float | None:
+        return max(self.delays_s) if self.delays_s else None
+
+
+@dataclass
+class Evaluation:
+    kinds: dict[str, KindScore]
+    false_alerts: int
+    hours: float
+
+    @property
+    def false_alerts_per_hour(self) -> float:
+        return self.false_alerts / self.hours if self.hours else 0.0
+
+
+def incidents_of(anomalies: list[Anomaly]) -> list[Incident]:
+    """Collapse lifecycle events into incidents; one fingerprint may fire again after resolving."""
+    open_: dict[str, Incident] = {}
+    done: list[Incident] = []
+    for a in sorted(anomalies, key=lambda a: a.ts_ns):
+        inc = open_.get(a.fingerprint)
+        if inc is None or a.status == "firing":
+            if inc is not None:
+                done.append(inc)
+            inc = open_[a.fingerprint] = Incident(a.fingerprint, a.kind, a.root, a.start_ns, a.ts_ns, a.ts_ns)
+        inc.end_ns = a.end_ns if a.end_ns is not None else max(inc.end_ns, a.ts_ns)
+        if a.status == "resolved":
+            done.append(open_.pop(a.fingerprint))
+    return done + list(open_.values())
+
+
+def evaluate(anomalies: list[Anomaly], labels: list[Label], poll_s: float, duration_s: float) -> Evaluation:
+    incidents = incidents_of(anomalies)
+    faults = [lb for lb in labels if lb.kind != "benign"]
+    grace = int(2 * poll_s * _NS)
+    kinds: dict[str, KindScore] = {}
+    matched: set[int] = set()
+    for lb in faults:
+        score = kinds.setdefault(lb.kind, KindScore(lb.kind))
+        score.labels += 1
+        hits = [
+            i
+            for i, inc in enumerate(incidents)
+            if inc.kind == lb.kind and inc.start_ns <= lb.end_ns + grace and inc.end_ns >= lb.start_ns - grace
+        ]
+        matched.update(hits)
+        if not hits:
+            continue
+        score.detected += 1
+        score.localised += any(_same_root(incidents[i].root, lb.root) for i in hits)
+        first = min(incidents[i].first_alert_ns for i in hits)
+        score.delays_s.append(max(0.0, (first - lb.start_ns) / _NS))
+    for i, inc in enumerate(incidents):
+        score = kinds.setdefault(inc.kind, KindScore(inc.kind))
+        score.incidents += 1
+        score.true_incidents += i in matched
+    false_alerts = len(incidents) - len(matched)
+    return Evaluation(kinds, false_alerts, duration_s / 3600)
+
+
+def _same_root(found: RootCause, truth: RootCause) -> bool:
+    return (
+        found.device == truth.device
+        and (not truth.port or found.port == truth.port)
+        and (not truth.group or found.group == truth.group)
+    )

@@ -1,0 +1,67 @@
+"""The topology as lookups the detectors need: link peers, port speeds, ECMP groups, NIC owners."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from schemas.messages import EcmpGroup, Topology
+
+
+class FabricMap:
+    """Read-only view of one Topology message; rebuilt whenever a new one arrives."""
+
+    def __init__(self, topology: Topology | None, default_gbps: float = 400.0) -> None:
+        self.default_bps = default_gbps * 1e9
+        self._peer: dict[tuple[str, str], tuple[str, str]] = {}
+        self._speed: dict[tuple[str, str], float] = {}
+        self._groups: dict[str, list[EcmpGroup]] = {}
+        self._host_of: dict[str, str] = {}
+        self._leaf_port_host: dict[tuple[str, str], str] = {}
+        self._nic_at: dict[tuple[str, str], str] = {}
+        self._speed_cache: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
+        if topology is not None:
+            self._index(topology)
+
+    def _index(self, topo: Topology) -> None:
+        for link in topo.links:
+            a, b = (link.a_device, link.a_port), (link.b_device, link.b_port)
+            self._peer[a], self._peer[b] = b, a
+            self._speed[a] = self._speed[b] = link.speed_gbps * 1e9
+        for group in topo.ecmp_groups:
+            self._groups.setdefault(group.device, []).append(group)
+        for dev in topo.devices:
+            if dev.host:
+                self._host_of[dev.id] = dev.host
+        for att in topo.nics:
+            self._host_of[att.nic] = att.host
+            self._leaf_port_host[(att.leaf, att.leaf_port)] = att.host
+            self._nic_at[(att.leaf, att.leaf_port)] = att.nic
+
+    def peer(self, device: str, port: str) -> tuple[str, str] | None:
+        return self._peer.get((device, port))
+
+    def port_speeds_bps(self, device: str, ports: list[str]) -> np.ndarray:
+        """Line rate of each port in bytes per second (the unit of the byte counters)."""
+        key = (device, tuple(ports))
+        speeds = self._speed_cache.get(key)
+        if speeds is None:
+            bits = [self._speed.get((device, p), self.default_bps) for p in ports]
+            speeds = self._speed_cache[key] = np.array(bits, dtype=np.float64) / 8.0
+        return speeds
+
+    def ecmp_groups(self, device: str) -> list[EcmpGroup]:
+        return self._groups.get(device, [])
+
+    def host_of(self, device: str) -> str:
+        """The host a NIC belongs to, or the device itself."""
+        return self._host_of.get(device, device)
+
+    def host_behind(self, device: str, port: str) -> str | None:
+        """The host whose NIC is cabled to this switch port, if any."""
+        return self._leaf_port_host.get((device, port))
+
+    def nic_behind(self, device: str, port: str) -> str | None:
+        return self._nic_at.get((device, port))
+
+    def hosts_under(self, leaf: str) -> set[str]:
+        return {h for (dev, _), h in self._leaf_port_host.items() if dev == leaf}

@@ -1,0 +1,74 @@
+"""Incast, per switch: an egress queue congested past the ECN threshold by several senders at once.
+
+Evidence on one switch, all from one snapshot's rates: the queue's watermark (peak since the last
+read) is above Kmin, the queue keeps ECN-marking, the port transmits near line rate, and at least
+``min_fan_in`` other ports bring in a real share of traffic. A burst the buffer absorbs shows the
+watermark for one poll; an incast persists, so it must hold for ``sustain_polls`` polls unless it
+already hurts (drops on that queue, or the switch pausing its own ingress ports).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from detectors.config import IncastConfig
+from detectors.persistence import StreakTable
+from detectors.rates import RateFrame
+from schemas.messages import Symptom
+
+
+class IncastDetector:
+    def __init__(self, config: IncastConfig) -> None:
+        self.config = config
+        self._streaks = StreakTable()
+
+    def update(self, frame: RateFrame, line_Bps: np.ndarray) -> list[Symptom]:
+        watermark, queues = frame.indexed("queue_watermark_bytes")
+        if queues.size == 0:
+            return []
+        cfg = self.config
+        ecn, _ = frame.indexed("queue_ecn_marked_packets")
+        drops, _ = frame.indexed("queue_drops")
+        tx = np.nan_to_num(frame.port("tx_bytes"))
+        rx = np.nan_to_num(frame.port("rx_bytes"))
+
+        marking = (np.nan_to_num(watermark) >= cfg.ecn_kmin_bytes) & (np.nan_to_num(ecn) > 0)
+        busy = tx >= cfg.min_egress_utilisation * line_Bps
+        feeders = rx >= cfg.fan_in_port_fraction * line_Bps
+        fan_in = feeders.sum() - feeders
+        congested = marking & (busy & (fan_in >= cfg.min_fan_in))[:, None]
+
+        streak = self._streaks.get(frame.device, congested.shape)
+        streak.step(congested, frame.ts_ns, frame.dt_s)
+        hurting = (np.nan_to_num(drops) > 0) | self._pausing_ingress(frame)
+        streak.start((streak.polls >= cfg.sustain_polls) | (congested & hurting))
+        cleared = streak.stop(~congested)
+
+        def symptom(flat: int, active: bool) -> Symptom:
+            p, q = np.unravel_index(flat, congested.shape)
+            return Symptom(
+                kind="incast",
+                device=frame.device,
+                port=frame.ports[p],
+                priority=int(queues[q]),
+                ts_ns=frame.ts_ns,
+                start_ns=int(streak.since_ns.flat[flat]),
+                active=active,
+                evidence={
+                    "queue_watermark_bytes": float(np.nan_to_num(watermark[p, q])),
+                    "ecn_marked_pps": round(float(np.nan_to_num(ecn[p, q])), 1),
+                    "egress_utilisation": round(float(tx[p] / line_Bps[p]), 4),
+                    "fan_in_ports": int(fan_in[p]),
+                    "drops_pps": round(float(np.nan_to_num(drops[p, q])) if drops.size else 0.0, 1),
+                },
+            )
+
+        return [symptom(i, True) for i in np.flatnonzero(streak.active)] + [
+            symptom(i, False) for i in cleared
+        ]
+
+    @staticmethod
+    def _pausing_ingress(frame: RateFrame) -> np.ndarray:
+        """True when this switch is sending PFC pauses on any port: congestion spreading upstream."""
+        tx_pfc, _ = frame.indexed("tx_pfc_frames")
+        return np.bool_(tx_pfc.size and np.nan_to_num(tx_pfc).sum() > 0)

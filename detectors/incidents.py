@@ -1,0 +1,287 @@
+"""Stage 2: symptoms of many devices, phases and topology in; incidents with a lifecycle out.
+
+One incident per root cause, not one per symptom: every port in a PFC storm's pause tree walks back
+(link peer by link peer, through devices that are themselves paused) to the port that pauses others
+without being paused, and they all join the incident of that root. Incast and ECMP incidents name
+the job and collective whose phases were running on the hosts involved.
+
+Grouping runs in ``tick``, after a poll's worth of symptoms arrived, so the order in which devices
+of one poll are processed does not change the answer. The fingerprint is a hash of the incident's
+identity (kind and root), as Alertmanager's is of its labels: stable from firing to resolved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from detectors.config import IncidentConfig
+from detectors.fabric import FabricMap
+from schemas.messages import Anomaly, Phase, RootCause, Symptom
+
+_NS = 1_000_000_000
+_HINTS = {
+    "pfc_storm": (
+        "Inspect the root NIC and its host (stalled receiver, driver or PCIe hang); enable the switch "
+        "PFC watchdog and NIC pause-storm prevention so one stalled port cannot freeze the fabric."
+    ),
+    "incast": (
+        "Many-to-one traffic into one port: check the job's collective algorithm (NCCL_ALGO, PXN), "
+        "spread receivers, and DCQCN ECN thresholds / buffer headroom on that queue."
+    ),
+    "ecmp_collapse": (
+        "Few long flows hash onto few uplinks: raise NCCL_IB_QPS_PER_CONNECTION, put the QPN in the "
+        "ECMP hash (UDF / enhanced ECMP), or enable adaptive routing."
+    ),
+}
+_MANY_TO_ONE = ("Reduce", "AllToAll", "Recv", "SendRecv", "ReduceScatter", "AllGather")
+
+SymptomKey = tuple[str, str, str, int | None, str]
+
+
+@dataclass
+class _Incident:
+    kind: str
+    root: RootCause
+    fingerprint: str
+    start_ns: int
+    last_ns: int
+    severity: str = "warning"
+    devices: set[str] = field(default_factory=set)
+    hosts: set[str] = field(default_factory=set)
+    jobs: list[str] = field(default_factory=list)
+    collectives: list[str] = field(default_factory=list)
+    evidence: dict[str, float | int | str] = field(default_factory=dict)
+    summary: str = ""
+    quiet_since_ns: int | None = None
+
+
+@dataclass
+class _Seen:
+    symptom: Symptom
+    interval_ns: int
+
+
+class Correlator:
+    def __init__(self, config: IncidentConfig | None = None, fabric: FabricMap | None = None) -> None:
+        self.config = config or IncidentConfig()
+        self.fabric = fabric or FabricMap(None)
+        self._active: dict[SymptomKey, _Seen] = {}
+        self._incidents: dict[str, _Incident] = {}
+        self._phases: list[Phase] = []
+        self._prune_at = 1024
+
+    def set_fabric(self, fabric: FabricMap) -> None:
+        self.fabric = fabric
+
+    def on_phase(self, phase: Phase) -> None:
+        self._phases.append(phase)
+
+    def on_symptom(self, symptom: Symptom) -> None:
+        key = (symptom.kind, symptom.device, symptom.port, symptom.priority, symptom.group)
+        if not symptom.active:
+            self._active.pop(key, None)
+            return
+        seen = self._active.get(key)
+        interval = symptom.ts_ns - seen.symptom.ts_ns if seen else _NS
+        self._active[key] = _Seen(symptom, max(interval, 1))
+
+    def tick(self, now_ns: int) -> list[Anomaly]:
+        """Group the active symptoms into incidents; return what changed since the last tick."""
+        self._expire(now_ns)
+        groups = self._group()
+        out = []
+        for fp, (kind, root, members) in groups.items():
+            incident = self._incidents.get(fp)
+            if incident is None:
+                incident = self._incidents[fp] = _Incident(kind, root, fp, _start(members), now_ns)
+                self._describe(incident, members)
+                out.append(self._anomaly(incident, "firing", now_ns))
+                continue
+            incident.quiet_since_ns = None
+            incident.last_ns = now_ns
+            before = (incident.severity, frozenset(incident.devices), tuple(incident.jobs))
+            self._describe(incident, members)
+            if (incident.severity, frozenset(incident.devices), tuple(incident.jobs)) != before:
+                out.append(self._anomaly(incident, "updated", now_ns))
+        out += self._resolve(set(groups), now_ns)
+        self._prune_phases(now_ns)
+        return out
+
+    def open_incidents(self) -> int:
+        return len(self._incidents)
+
+    def _expire(self, now_ns: int) -> None:
+        """Forget symptoms whose device stopped reporting (collector gone): they cannot clear."""
+        stale = [k for k, s in self._active.items() if now_ns - s.symptom.ts_ns > 3 * max(s.interval_ns, _NS)]
+        for k in stale:
+            del self._active[k]
+
+    def _group(self) -> dict[str, tuple[str, RootCause, list[Symptom]]]:
+        groups: dict[str, tuple[str, RootCause, list[Symptom]]] = {}
+        storming = {(k[1], k[2]) for k in self._active if k[0] == "pfc_storm"}
+        for key, seen in self._active.items():
+            sym = seen.symptom
+            if key[0] == "pfc_storm":
+                kind, root = "pfc_storm", self._storm_root(sym, storming)
+            elif key[0] == "incast":
+                kind, root = "incast", RootCause(sym.device, sym.port, sym.priority)
+            elif key[0] == "ecmp_imbalance":
+                kind, root = "ecmp_collapse", RootCause(sym.device, group=sym.group)
+            else:
+                continue
+            fp = fingerprint(kind, root)
+            groups.setdefault(fp, (kind, root, []))[2].append(sym)
+        return groups
+
+    def _storm_root(self, sym: Symptom, storming: set[tuple[str, str]]) -> RootCause:
+        """Walk from a paused port to whoever pauses it, while that device is itself paused."""
+        device, port = sym.device, sym.port
+        visited = {(device, port)}
+        while True:
+            peer = self.fabric.peer(device, port)
+            if peer is None:
+                return RootCause(device, port, sym.priority)
+            upstream = sorted(p for d, p in storming if d == peer[0] and (d, p) not in visited)
+            if not upstream:
+                return RootCause(peer[0], peer[1], sym.priority)
+            device, port = peer[0], upstream[0]
+            visited.add((device, port))
+
+    def _describe(self, incident: _Incident, members: list[Symptom]) -> None:
+        incident.devices |= {s.device for s in members}
+        latest = max(members, key=lambda s: s.ts_ns)
+        incident.evidence = dict(latest.evidence)
+        if incident.kind == "pfc_storm":
+            self._describe_storm(incident, members)
+        elif incident.kind == "incast":
+            self._describe_incast(incident, latest)
+        else:
+            self._describe_ecmp(incident, latest)
+
+    def _describe_storm(self, incident: _Incident, members: list[Symptom]) -> None:
+        root = incident.root
+        host = self.fabric.host_of(root.device)
+        incident.hosts.add(host)
+        incident.severity = "critical"
+        incident.evidence["paused_ports"] = len({(s.device, s.port) for s in members})
+        incident.evidence["paused_devices"] = len(incident.devices)
+        self._attach_jobs(incident, {host}, incident.start_ns)
+        incident.summary = (
+            f"PFC storm on priority {root.priority} rooted at {root.device} port {root.port} "
+            f"(host {host}): {incident.evidence['paused_ports']} ports paused on "
+            f"{incident.evidence['paused_devices']} devices"
+        )
+
+    def _describe_incast(self, incident: _Incident, latest: Symptom) -> None:
+        root = incident.root
+        receiver = self.fabric.host_behind(root.device, root.port)
+        if receiver:
+            incident.hosts.add(receiver)
+            nic = self.fabric.nic_behind(root.device, root.port)
+            if nic and any(k[0] == "ecn_received" and k[1] == nic for k in self._active):
+                incident.evidence["receiver_nic_ecn_cnp"] = "rising"
+        hurting = float(latest.evidence.get("drops_pps", 0)) > 0
+        incident.severity = "critical" if hurting else "warning"
+        self._attach_jobs(incident, {receiver} if receiver else set(), incident.start_ns, _MANY_TO_ONE)
+        job = f"; job {', '.join(incident.jobs)} {', '.join(incident.collectives)}" if incident.jobs else ""
+        incident.summary = (
+            f"Incast into {root.device} {root.port} queue {root.priority}"
+            f"{f' (host {receiver})' if receiver else ''}: peak queue "
+            f"{float(latest.evidence.get('queue_watermark_bytes', 0)) / 1e3:.0f} KB, "
+            f"{latest.evidence.get('fan_in_ports', '?')} ingress ports{job}"
+        )
+
+    def _describe_ecmp(self, incident: _Incident, latest: Symptom) -> None:
+        root = incident.root
+        under = self.fabric.hosts_under(root.device)
+        incident.severity = (
+            "critical" if float(latest.evidence.get("hot_utilisation", 0)) >= 0.9 else "warning"
+        )
+        self._attach_jobs(incident, under, incident.start_ns, cross_from=under)
+        job = f"; job {', '.join(incident.jobs)}" if incident.jobs else ""
+        incident.summary = (
+            f"ECMP collapse on {root.group}: entropy {latest.evidence.get('entropy')}, "
+            f"max/mean {latest.evidence.get('max_over_mean')} ({latest.evidence.get('shares')}){job}"
+        )
+
+    def _attach_jobs(
+        self,
+        incident: _Incident,
+        hosts: set[str],
+        at_ns: int,
+        prefer: tuple[str, ...] = (),
+        cross_from: set[str] | None = None,
+    ) -> None:
+        """Jobs whose phases ran on these hosts when the incident started (preferring ``prefer`` ops);
+        with ``cross_from``, only phases that also reach hosts outside that set (traffic that leaves)."""
+        if not hosts:
+            return
+        slack = 2 * _NS
+        matches = []
+        for ph in self._phases:
+            end = ph.end_ns if ph.end_ns is not None else at_ns + slack
+            if ph.begin_ns - slack > incident.last_ns or end + slack < at_ns:
+                continue
+            parts = set(ph.participants())
+            if not parts & hosts or (cross_from is not None and not parts - cross_from):
+                continue
+            matches.append(ph)
+        if prefer and any(p.op in prefer for p in matches):
+            matches = [p for p in matches if p.op in prefer]
+        for ph in sorted(matches, key=lambda p: (-p.bytes, p.job)):
+            if ph.job not in incident.jobs:
+                incident.jobs.append(ph.job)
+            coll = f"{ph.op} comm {ph.comm}"
+            if coll not in incident.collectives:
+                incident.collectives.append(coll)
+            if incident.kind != "ecmp_collapse":
+                incident.hosts |= set(ph.participants())
+
+    def _resolve(self, still: set[str], now_ns: int) -> list[Anomaly]:
+        out = []
+        for fp in [fp for fp in self._incidents if fp not in still]:
+            incident = self._incidents[fp]
+            if incident.quiet_since_ns is None:
+                incident.quiet_since_ns = now_ns
+            if now_ns - incident.quiet_since_ns >= self.config.resolve_after_s * _NS:
+                out.append(self._anomaly(incident, "resolved", now_ns, end_ns=incident.last_ns))
+                del self._incidents[fp]
+        return out
+
+    def _prune_phases(self, now_ns: int) -> None:
+        """Keep phases that ended in the last ten minutes; amortised, so memory stays bounded."""
+        if len(self._phases) < self._prune_at:
+            return
+        horizon = now_ns - 600 * _NS
+        self._phases = [p for p in self._phases if p.end_ns is None or p.end_ns >= horizon]
+        self._prune_at = 2 * len(self._phases) + 1024
+
+    @staticmethod
+    def _anomaly(incident: _Incident, status: str, now_ns: int, end_ns: int | None = None) -> Anomaly:
+        return Anomaly(
+            fingerprint=incident.fingerprint,
+            kind=incident.kind,  # type: ignore[arg-type]
+            severity=incident.severity,  # type: ignore[arg-type]
+            status=status,  # type: ignore[arg-type]
+            start_ns=incident.start_ns,
+            ts_ns=now_ns,
+            end_ns=end_ns,
+            root=incident.root,
+            summary=incident.summary,
+            hint=_HINTS[incident.kind],
+            devices=sorted(incident.devices),
+            hosts=sorted(incident.hosts),
+            jobs=list(incident.jobs),
+            collectives=list(incident.collectives),
+            evidence=dict(incident.evidence),
+        )
+
+
+def fingerprint(kind: str, root: RootCause) -> str:
+    ident = f"{kind}|{root.device}|{root.port}|{root.priority}|{root.group}"
+    return hashlib.sha256(ident.encode()).hexdigest()[:16]
+
+
+def _start(members: list[Symptom]) -> int:
+    return min(s.start_ns for s in members)

@@ -1,0 +1,57 @@
+"""Congestion as a NIC sees it: ECN-marked packets arriving and CNPs going out (receiver), or CNPs
+arriving (sender). Corroboration for stage 2, never an alert on its own: firmware CNP counting is
+known to be unreliable (Meta's finding), so it only adds evidence and names hosts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from detectors.persistence import StreakTable
+from detectors.rates import RateFrame
+from schemas.messages import Symptom
+
+_SIGNALS = (
+    ("ecn_received", ("rx_ecn_marked_packets", "cnp_sent")),
+    ("cnp_received", ("cnp_received",)),
+)
+
+
+class NicCongestion:
+    def __init__(self) -> None:
+        self._streaks = StreakTable()
+
+    def update(self, frame: RateFrame) -> list[Symptom]:
+        if frame.device_kind != "nic":
+            return []
+        columns = []
+        for _, names in _SIGNALS:
+            rates = [frame.port(n) for n in names]
+            rising = [np.nan_to_num(r) > 0 for r in rates if r is not None]
+            columns.append(np.logical_and.reduce(rising) if rising else np.zeros(len(frame.ports), bool))
+        signalled = np.stack(columns, axis=1)
+        streak = self._streaks.get(frame.device, signalled.shape)
+        streak.step(signalled, frame.ts_ns, frame.dt_s)
+        streak.start(signalled)
+        cleared = streak.stop(~signalled)
+
+        def symptom(flat: int, active: bool) -> Symptom:
+            p, k = np.unravel_index(flat, signalled.shape)
+            kind, names = _SIGNALS[k]
+            evidence = {}
+            for n in names:
+                r = frame.port(n)
+                evidence[f"{n}_pps"] = round(float(np.nan_to_num(r[p])), 1) if r is not None else 0.0
+            return Symptom(
+                kind=kind,
+                device=frame.device,
+                port=frame.ports[p],
+                ts_ns=frame.ts_ns,
+                start_ns=int(streak.since_ns.flat[flat]),
+                active=active,
+                evidence=evidence,
+            )
+
+        return [symptom(i, True) for i in np.flatnonzero(streak.active)] + [
+            symptom(i, False) for i in cleared
+        ]

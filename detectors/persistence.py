@@ -1,0 +1,62 @@
+"""How long a condition has held, per element of an array, per device: the memory of stage 1.
+
+Every detector asks the same question of a ports x priorities (or ports, or groups) boolean
+array: for how many polls and seconds has this been true without a break, and is it already
+reported? Keeping that in arrays keeps the per-snapshot work vectorised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Streak:
+    polls: np.ndarray
+    seconds: np.ndarray
+    since_ns: np.ndarray
+    active: np.ndarray
+
+    @classmethod
+    def empty(cls, shape: tuple[int, ...]) -> Streak:
+        return cls(
+            polls=np.zeros(shape, dtype=np.int64),
+            seconds=np.zeros(shape, dtype=np.float64),
+            since_ns=np.zeros(shape, dtype=np.int64),
+            active=np.zeros(shape, dtype=bool),
+        )
+
+    def step(self, cond: np.ndarray, ts_ns: int, dt_s: float) -> None:
+        """Extend the streak where ``cond`` holds, break it elsewhere; a new streak starts at the
+        beginning of the interval in which the condition was first seen."""
+        fresh = cond & (self.polls == 0)
+        self.since_ns[fresh] = ts_ns - int(dt_s * 1e9)
+        self.polls = np.where(cond, self.polls + 1, 0)
+        self.seconds = np.where(cond, self.seconds + dt_s, 0.0)
+
+    def start(self, ready: np.ndarray) -> np.ndarray:
+        """Mark newly ready elements active; return their flat indices."""
+        new = ready & ~self.active
+        self.active |= new
+        return np.flatnonzero(new)
+
+    def stop(self, done: np.ndarray) -> np.ndarray:
+        """Mark finished active elements inactive; return their flat indices."""
+        ended = done & self.active
+        self.active &= ~ended
+        return np.flatnonzero(ended)
+
+
+class StreakTable:
+    """Streaks per device, reset when a device's shape changes (ports added or removed)."""
+
+    def __init__(self) -> None:
+        self._streaks: dict[str, Streak] = {}
+
+    def get(self, device: str, shape: tuple[int, ...]) -> Streak:
+        streak = self._streaks.get(device)
+        if streak is None or streak.polls.shape != shape:
+            streak = self._streaks[device] = Streak.empty(shape)
+        return streak

@@ -1,0 +1,123 @@
+"""PFC storm watchdog, per device, with SONiC PFC watchdog semantics.
+
+A queue is in storm when it is paused (PFC frames received for its priority, or paused for at
+least ``paused_fraction`` of the interval), still has data queued, and transmits nothing, and this
+has lasted ``detection_time``. It is restored after ``restoration_time`` without new pause frames.
+Switches report queue occupancy and per-queue transmit counters; a NIC does not, so on a NIC the
+test is "paused nearly all the interval and sending nearly nothing".
+
+Because a poll covers a whole interval, "paused for the interval" is read from the pause duration
+counter (microseconds paused per second), which is exact, rather than inferred from frame counts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from detectors.config import PfcStormConfig
+from detectors.persistence import StreakTable
+from detectors.rates import RateFrame
+from schemas.messages import Symptom
+
+_US_PER_S = 1e6
+
+
+class PfcWatchdog:
+    def __init__(self, config: PfcStormConfig) -> None:
+        self.config = config
+        self._storm = StreakTable()
+        self._quiet = StreakTable()
+
+    def update(self, frame: RateFrame, line_Bps: np.ndarray) -> list[Symptom]:
+        rx_frames, prios = frame.indexed("rx_pfc_frames")
+        if prios.size == 0:
+            return []
+        paused_frac = _by_priority(frame, "rx_pfc_duration_us", prios) / _US_PER_S
+        storming = self._condition(frame, rx_frames, paused_frac, prios, line_Bps)
+        quiet = (np.nan_to_num(rx_frames) == 0) & ~(paused_frac >= self.config.paused_fraction)
+
+        storm = self._storm.get(frame.device, storming.shape)
+        calm = self._quiet.get(frame.device, storming.shape)
+        storm.step(storming, frame.ts_ns, frame.dt_s)
+        calm.step(quiet, frame.ts_ns, frame.dt_s)
+        storm.start(storm.seconds >= self.config.detection_time_s)
+        cleared = storm.stop(calm.seconds >= self.config.restoration_time_s)
+
+        out = [
+            self._symptom(frame, storm.since_ns.flat[i], i, prios, paused_frac, line_Bps, True)
+            for i in np.flatnonzero(storm.active)
+        ]
+        out += [
+            self._symptom(frame, storm.since_ns.flat[i], i, prios, paused_frac, line_Bps, False)
+            for i in cleared
+        ]
+        return out
+
+    def _condition(
+        self,
+        frame: RateFrame,
+        rx_frames: np.ndarray,
+        paused_frac: np.ndarray,
+        prios: np.ndarray,
+        line_Bps: np.ndarray,
+    ) -> np.ndarray:
+        cfg = self.config
+        idle_Bps = cfg.idle_tx_fraction * line_Bps[:, None]
+        occupancy = _by_index(frame, "queue_occupancy_bytes", prios)
+        if occupancy is None:
+            tx = np.nan_to_num(frame.port("tx_bytes"), nan=np.inf)[:, None]
+            return (paused_frac >= cfg.paused_fraction) & (tx < idle_Bps)
+        queue_tx = _by_index(frame, "queue_tx_bytes", prios)
+        if queue_tx is None:
+            queue_tx = np.repeat(frame.port("tx_bytes")[:, None], prios.size, axis=1)
+        paused = (np.nan_to_num(rx_frames) > 0) | (paused_frac >= cfg.paused_fraction)
+        queued = np.nan_to_num(occupancy) > 0
+        silent = np.nan_to_num(queue_tx, nan=np.inf) < idle_Bps
+        return paused & queued & silent
+
+    def _symptom(
+        self,
+        frame: RateFrame,
+        since_ns: int,
+        flat: int,
+        prios: np.ndarray,
+        paused_frac: np.ndarray,
+        line_Bps: np.ndarray,
+        active: bool,
+    ) -> Symptom:
+        port_i, prio_i = np.unravel_index(flat, paused_frac.shape)
+        tx = frame.port("tx_bytes")
+        return Symptom(
+            kind="pfc_storm",
+            device=frame.device,
+            port=frame.ports[port_i],
+            priority=int(prios[prio_i]),
+            ts_ns=frame.ts_ns,
+            start_ns=int(since_ns),
+            active=active,
+            evidence={
+                "paused_fraction": round(float(np.nan_to_num(paused_frac[port_i, prio_i])), 4),
+                "tx_utilisation": round(float(np.nan_to_num(tx[port_i]) / line_Bps[port_i]), 4),
+            },
+        )
+
+
+def _by_index(frame: RateFrame, name: str, wanted: np.ndarray) -> np.ndarray | None:
+    """A per-priority/per-queue counter aligned to the ``wanted`` index numbers, or None if absent."""
+    values, numbers = frame.indexed(name)
+    if numbers.size == 0:
+        return None
+    if np.array_equal(numbers, wanted):
+        return values
+    out = np.full((values.shape[0], wanted.size), np.nan)
+    pos = {int(n): i for i, n in enumerate(numbers)}
+    for j, w in enumerate(wanted):
+        i = pos.get(int(w))
+        if i is not None:
+            out[:, j] = values[:, i]
+    return out
+
+
+def _by_priority(frame: RateFrame, name: str, wanted: np.ndarray) -> np.ndarray:
+    found = _by_index(frame, name, wanted)
+    return np.zeros((len(frame.ports), wanted.size)) if found is None else np.nan_to_num(found)

@@ -1,0 +1,40 @@
+"""Stage 1: one device's snapshots in, its rates and symptoms out. Scales with the number of devices:
+everything here is keyed by device, so any partitioning of devices across workers is valid."""
+
+from __future__ import annotations
+
+from detectors.config import DetectorConfig
+from detectors.ecmp import EcmpDetector
+from detectors.fabric import FabricMap
+from detectors.incast import IncastDetector
+from detectors.nic_congestion import NicCongestion
+from detectors.pfc_storm import PfcWatchdog
+from detectors.rates import RateEngine, RateFrame
+from schemas.messages import Snapshot, Symptom, Topology
+
+
+class Stage1:
+    def __init__(self, config: DetectorConfig | None = None) -> None:
+        self.config = config or DetectorConfig()
+        self.rates = RateEngine()
+        self.fabric = FabricMap(None, self.config.default_link_gbps)
+        self._pfc = PfcWatchdog(self.config.pfc_storm)
+        self._incast = IncastDetector(self.config.incast)
+        self._ecmp = EcmpDetector(self.config.ecmp)
+        self._nic = NicCongestion()
+
+    def set_topology(self, topology: Topology) -> None:
+        self.fabric = FabricMap(topology, self.config.default_link_gbps)
+
+    def process(self, snap: Snapshot) -> tuple[RateFrame | None, list[Symptom]]:
+        frame = self.rates.update(snap)
+        if frame is None:
+            return None, []
+        line = self.fabric.port_speeds_bps(frame.device, frame.ports)
+        symptoms = self._pfc.update(frame, line)
+        if frame.device_kind == "switch":
+            symptoms += self._incast.update(frame, line)
+            symptoms += self._ecmp.update(frame, self.fabric.ecmp_groups(frame.device), line)
+        else:
+            symptoms += self._nic.update(frame)
+        return frame, symptoms

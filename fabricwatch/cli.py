@@ -1,0 +1,133 @@
+"""The ``fabricwatch`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from importlib import resources
+from pathlib import Path
+
+from detectors.config import ConfigError, load_config
+from detectors.evaluation import evaluate
+from fabricwatch import console
+from fabricwatch.pipeline import Pipeline
+from schemas.messages import Anomaly, encode
+from schemas.trace import TraceFormatError, TraceReader
+
+
+def default_scenario() -> Path:
+    return Path(str(resources.files("fabricwatch").joinpath("scenarios", "demo.yaml")))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fabricwatch", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sim = sub.add_parser("simulate", help="simulate a fabric scenario into a trace file")
+    sim.add_argument("--scenario", type=Path, default=None, help="scenario YAML (default: the demo)")
+    sim.add_argument("--out", type=Path, required=True, help="trace file to write (.gz to compress)")
+    sim.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+
+    rep = sub.add_parser("replay", help="replay a trace through the detection pipeline in process")
+    rep.add_argument("trace", type=Path)
+    _detection_options(rep)
+
+    demo = sub.add_parser("demo", help="simulate the demo scenario and replay it (no broker, no server)")
+    demo.add_argument("--scenario", type=Path, default=None)
+    demo.add_argument("--seed", type=int, default=None)
+    _detection_options(demo)
+
+    args = parser.parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except (ConfigError, TraceFormatError, ValueError, OSError) as exc:
+        print(f"fabricwatch {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _detection_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, default=None, help="YAML with a detectors: section")
+    p.add_argument("--json", action="store_true", help="print anomaly events as JSON lines instead")
+    p.add_argument("--quiet", action="store_true", help="only the summary tables")
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from ingest.simulator import load_scenario, simulate
+
+    scenario = load_scenario(args.scenario or default_scenario())
+    stats = simulate(scenario, args.out, seed=args.seed)
+    print(
+        f"wrote {args.out}: {stats.records} records, {stats.snapshots} snapshots, {stats.values} counter "
+        f"values, {stats.simulated_seconds:.0f} simulated s in {stats.wall_seconds:.1f} s"
+    )
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    return replay(args.trace, args)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="fabricwatch-demo-") as tmp:
+        trace = Path(tmp) / "demo.trace.gz"
+        args.out = trace
+        cmd_simulate(args)
+        return replay(trace, args)
+
+
+def replay(path: Path, args: argparse.Namespace) -> int:
+    out = sys.stdout
+    pipeline = Pipeline(load_config(args.config))
+    anomalies: list[Anomaly] = []
+
+    def malformed(line: int, reason: str) -> None:
+        print(f"{path}:{line}: skipped malformed record: {reason}", file=sys.stderr)
+
+    def emit(events: list[Anomaly]) -> None:
+        anomalies.extend(events)
+        for a in events:
+            if args.json:
+                out.write(encode(a).decode() + "\n")
+            elif not args.quiet:
+                console.print_event(a, out)
+
+    started = time.perf_counter()
+    first_ns = last_ns = None
+    with TraceReader(path, on_error=malformed) as reader:
+        for rec in reader:
+            first_ns = rec.ts_ns if first_ns is None else first_ns
+            last_ns = rec.ts_ns
+            emit(pipeline.feed(rec.topic, rec.ts_ns, rec.value(), where=f"{path}:{reader.line}"))
+        emit(pipeline.finish())
+        meta = reader.header.meta
+        malformed_lines = reader.malformed
+    wall = time.perf_counter() - started
+
+    for dl in pipeline.dead_letters:
+        print(f"{dl.where}: dead letter ({dl.topic}): {dl.reason}", file=sys.stderr)
+    if args.json:
+        return 0
+    print("\nIncidents", file=out)
+    console.print_incidents(anomalies, out)
+    if pipeline.labels:
+        duration_s = (last_ns - first_ns) / 1e9 if first_ns is not None else 0.0
+        poll_s = float(meta.get("poll_interval_s", 1.0))
+        print("\nScore against the trace's labels", file=out)
+        console.print_evaluation(evaluate(anomalies, pipeline.labels, poll_s, duration_s), out)
+    s = pipeline.stats
+    print(
+        f"\n{s.records} records, {s.snapshots} snapshots, {s.values} counter values in {wall:.2f} s "
+        f"({s.values / wall if wall else 0:,.0f} values/s); {s.symptoms} symptoms; "
+        f"{malformed_lines} malformed lines and {s.dead_letters} undecodable messages skipped",
+        file=out,
+    )
+    return 0
+
+
+_COMMANDS = {"simulate": cmd_simulate, "replay": cmd_replay, "demo": cmd_demo}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
