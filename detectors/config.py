@@ -40,7 +40,7 @@ class IncastConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 
 class EcmpConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    window_polls: int = 3
+    window_polls: int = 1
     max_over_mean: float = 1.5
     max_entropy: float = 0.9
     min_hot_utilisation: float = 0.5

@@ -1,0 +1,194 @@
+"""Stage-1 detectors against the reference behaviour in DESIGN.md, on hand-built counter sequences.
+
+Each test drives raw cumulative counters through the real rate engine, as a collector would.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from detectors.config import DetectorConfig
+from detectors.fabric import FabricMap
+from detectors.incidents import Correlator
+from detectors.stage1 import Stage1
+from schemas.messages import CounterSpec, Device, EcmpGroup, Link, NicAttachment, Snapshot, Topology
+
+T0 = 1_800_000_000_000_000_000
+LINE_Bps = 400e9 / 8
+COLS = [
+    CounterSpec("tx_bytes"),
+    CounterSpec("rx_bytes"),
+    CounterSpec("rx_pfc_frames", index=3),
+    CounterSpec("rx_pfc_duration_us", index=3),
+    CounterSpec("tx_pfc_frames", index=3),
+    CounterSpec("queue_tx_bytes", index=3),
+    CounterSpec("queue_ecn_marked_packets", index=3),
+    CounterSpec("queue_drops", index=3),
+    CounterSpec("queue_occupancy_bytes", kind="gauge", index=3),
+    CounterSpec("queue_watermark_bytes", kind="watermark", index=3),
+]
+RATE_COLS = 8  # the first eight are counters; the last two are read as they are
+
+
+class Switch:
+    """Cumulative counters of one switch, advanced by per-second rates for each interval."""
+
+    def __init__(self, device: str, ports: list[str]) -> None:
+        self.device, self.ports = device, ports
+        self.raw = np.full((len(ports), len(COLS)), 10**9, dtype=np.float64)
+        self.ts = T0
+
+    def poll(self, dt_s: float, **per_port: dict[str, float]) -> Snapshot:
+        """``per_port[col_name] = {port: value}``: rates for counters, levels for gauges/watermarks."""
+        rates = np.zeros_like(self.raw)
+        for name, values in per_port.items():
+            j = next(i for i, c in enumerate(COLS) if c.name == name)
+            for port, v in values.items():
+                rates[self.ports.index(port), j] = v
+        self.raw[:, :RATE_COLS] += rates[:, :RATE_COLS] * dt_s
+        self.raw[:, RATE_COLS:] = rates[:, RATE_COLS:]
+        self.ts += int(dt_s * 1e9)
+        return Snapshot(
+            device=self.device,
+            device_kind="switch",
+            ts_ns=self.ts,
+            counters=COLS,
+            ports=self.ports,
+            values=self.raw.astype(np.uint64).tolist(),
+        )
+
+
+def storm(port: str) -> dict:
+    return {
+        "rx_pfc_frames": {port: 20_000},
+        "rx_pfc_duration_us": {port: 1e6},
+        "queue_occupancy_bytes": {port: 2e6},
+        "queue_watermark_bytes": {port: 2e6},
+    }
+
+
+def run(stage: Stage1, snaps: list[Snapshot]) -> list[list]:
+    return [stage.process(s)[1] for s in snaps]
+
+
+def test_storm_detected_after_detection_time_at_100ms_polls_and_restored():
+    sw, stage = Switch("leaf0", ["Ethernet0", "Ethernet8"]), Stage1()
+    out = run(stage, [sw.poll(0.1)] + [sw.poll(0.1, **storm("Ethernet0")) for _ in range(3)])
+    assert [len(s) for s in out] == [0, 0, 1, 1]  # 200 ms of storm = two 100 ms polls
+    sym = out[2][0]
+    assert (sym.kind, sym.port, sym.priority, sym.active) == ("pfc_storm", "Ethernet0", 3, True)
+    assert sym.start_ns == T0 + int(0.1e9)  # the storm began with the first stormed interval
+    quiet = run(stage, [sw.poll(0.1), sw.poll(0.1)])
+    assert quiet[0] and quiet[0][0].active  # 100 ms quiet: not restored yet
+    assert not quiet[1][0].active  # 200 ms without pause frames: restored
+
+
+def test_paused_port_that_still_transmits_is_not_a_storm():
+    """Heavy but working PFC (incast backpressure): paused often, yet data keeps flowing."""
+    sw, stage = Switch("leaf0", ["Ethernet0", "Ethernet8"]), Stage1()
+    busy = {
+        "rx_pfc_frames": {"Ethernet0": 50_000},
+        "rx_pfc_duration_us": {"Ethernet0": 6e5},
+        "queue_occupancy_bytes": {"Ethernet0": 1e6},
+        "queue_tx_bytes": {"Ethernet0": 0.4 * LINE_Bps},
+        "tx_bytes": {"Ethernet0": 0.4 * LINE_Bps},
+    }
+    out = run(stage, [sw.poll(1.0)] + [sw.poll(1.0, **busy) for _ in range(5)])
+    assert not any(out)
+
+
+def incast(port: str, feeders: list[str], watermark: float = 1.5e6) -> dict:
+    return {
+        "tx_bytes": {port: 0.98 * LINE_Bps},
+        "queue_tx_bytes": {port: 0.98 * LINE_Bps},
+        "rx_bytes": {f: 0.98 * LINE_Bps / len(feeders) * 1.5 for f in feeders},
+        "queue_ecn_marked_packets": {port: 3e5},
+        "queue_watermark_bytes": {port: watermark},
+        "queue_occupancy_bytes": {port: watermark * 0.8},
+    }
+
+
+PORTS = [f"Ethernet{8 * i}" for i in range(6)]
+
+
+def test_incast_needs_to_persist_and_a_single_burst_is_absorbed():
+    sw, stage = Switch("leaf0", PORTS), Stage1()
+    feeders = PORTS[1:5]
+    out = run(stage, [sw.poll(1.0), sw.poll(1.0, **incast("Ethernet0", feeders)), sw.poll(1.0)])
+    assert not any(out), "one poll of congestion that drains is a burst the buffer absorbed"
+    out = run(stage, [sw.poll(1.0, **incast("Ethernet0", feeders)) for _ in range(2)])
+    assert out[0] == [] and out[1][0].kind == "incast" and out[1][0].port == "Ethernet0"
+    assert out[1][0].evidence["fan_in_ports"] == 4
+
+
+def test_queue_below_ecn_threshold_is_not_incast():
+    sw, stage = Switch("leaf0", PORTS), Stage1()
+    out = run(
+        stage, [sw.poll(1.0)] + [sw.poll(1.0, **incast("Ethernet0", PORTS[1:5], 80e3)) for _ in range(4)]
+    )
+    assert not any(out)
+
+
+def ecmp_topology(uplinks: list[str]) -> Topology:
+    return Topology(
+        ts_ns=T0,
+        devices=[Device("leaf0", "leaf")],
+        links=[],
+        ecmp_groups=[EcmpGroup("leaf0/uplinks", "leaf0", uplinks, "spines")],
+    )
+
+
+def test_ecmp_collapse_under_load_persists_then_fires_and_balanced_load_does_not():
+    uplinks = PORTS[2:6]
+    sw, stage = Switch("leaf0", PORTS), Stage1()
+    stage.set_topology(ecmp_topology(uplinks))
+    balanced = {
+        "tx_bytes": dict(
+            zip(uplinks, [0.8 * LINE_Bps, 0.7 * LINE_Bps, 0.75 * LINE_Bps, 0.9 * LINE_Bps], strict=True)
+        )
+    }
+    collapsed = {
+        "tx_bytes": dict(zip(uplinks, [0.97 * LINE_Bps, 0.01 * LINE_Bps, 0.0, 0.02 * LINE_Bps], strict=True))
+    }
+    quiet_skew = {"tx_bytes": dict(zip(uplinks, [0.05 * LINE_Bps, 0.0, 0.0, 0.0], strict=True))}
+    out = run(stage, [sw.poll(1.0)] + [sw.poll(1.0, **balanced) for _ in range(5)])
+    out += run(stage, [sw.poll(1.0, **quiet_skew) for _ in range(5)])
+    assert not any(out), "balanced heavy load and a skewed but quiet group are not incidents"
+    out = run(stage, [sw.poll(1.0, **collapsed) for _ in range(3)])
+    assert [len(s) for s in out] == [0, 0, 1]
+    assert out[2][0].group == "leaf0/uplinks" and out[2][0].evidence["entropy"] < 0.3
+
+
+def test_pause_tree_walks_to_the_nic_that_pauses_without_being_paused():
+    """NIC h1 stalls: leaf0 Ethernet0 (facing it) is stormed, then spine0 Ethernet0 (facing leaf0's
+    uplink) is stormed because leaf0 pauses its uplink. One incident, rooted at the NIC."""
+    topo = Topology(
+        ts_ns=T0,
+        devices=[
+            Device("h1", "host"),
+            Device("h1-nic", "nic", host="h1"),
+            Device("leaf0", "leaf"),
+            Device("spine0", "spine"),
+        ],
+        links=[Link("h1-nic", "1", "leaf0", "Ethernet0"), Link("leaf0", "Ethernet32", "spine0", "Ethernet0")],
+        nics=[NicAttachment("h1", "h1-nic", "1", "leaf0", "Ethernet0")],
+    )
+    stage = Stage1(DetectorConfig())
+    stage.set_topology(topo)
+    corr = Correlator(fabric=FabricMap(topo))
+    leaf, spine = Switch("leaf0", ["Ethernet0", "Ethernet32"]), Switch("spine0", ["Ethernet0", "Ethernet8"])
+    events = []
+    for step in range(4):
+        snaps = [
+            leaf.poll(1.0, **storm("Ethernet0")),
+            spine.poll(1.0, **(storm("Ethernet0") if step else {})),
+        ]
+        for s in snaps:
+            for sym in stage.process(s)[1]:
+                corr.on_symptom(sym)
+        events += corr.tick(leaf.ts)
+    assert [e.status for e in events][:1] == ["firing"]
+    roots = {(e.root.device, e.root.port) for e in events}
+    assert roots == {("h1-nic", "1")}
+    assert events[-1].devices == ["leaf0", "spine0"] and events[-1].evidence["paused_ports"] == 2
+    assert "h1" in events[-1].hosts
