@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from detectors.config import EcmpConfig
+from detectors.evidence import evidence
 from detectors.persistence import StreakTable
 from detectors.rates import RateFrame
 from schemas.messages import EcmpGroup, Symptom
@@ -79,15 +80,15 @@ class EcmpDetector:
                 ts_ns=frame.ts_ns,
                 start_ns=int(streak.since_ns[g]),
                 active=active,
-                evidence={
-                    "entropy": round(float(entropy[g]), 4),
-                    "max_over_mean": round(float(max_over_mean[g]), 3),
-                    "cv": round(float(cv[g]), 3),
-                    "hot_utilisation": round(float(hot[g]), 3),
-                    "shares": " ".join(
+                evidence=evidence(
+                    entropy=entropy[g],
+                    max_over_mean=max_over_mean[g],
+                    cv=cv[g],
+                    hot_utilisation=hot[g],
+                    shares=" ".join(
                         f"{m}={shares[g, k]:.2f}" for k, m in enumerate(members) if index.members[g, k]
                     ),
-                },
+                ),
             )
 
         return [symptom(g, True) for g in np.flatnonzero(streak.active)] + [

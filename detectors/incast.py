@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from detectors.config import IncastConfig
+from detectors.evidence import evidence
 from detectors.persistence import StreakTable
 from detectors.rates import RateFrame
 from schemas.messages import Symptom
@@ -29,10 +30,10 @@ class IncastDetector:
         cfg = self.config
         ecn, _ = frame.indexed("queue_ecn_marked_packets")
         drops, _ = frame.indexed("queue_drops")
-        tx = np.nan_to_num(frame.port("tx_bytes"))
-        rx = np.nan_to_num(frame.port("rx_bytes"))
+        tx = frame.port("tx_bytes")
+        rx = frame.port("rx_bytes")
 
-        marking = (np.nan_to_num(watermark) >= cfg.ecn_kmin_bytes) & (np.nan_to_num(ecn) > 0)
+        marking = (watermark >= cfg.ecn_kmin_bytes) & (ecn > 0)
         busy = tx >= cfg.min_egress_utilisation * line_Bps
         feeders = rx >= cfg.fan_in_port_fraction * line_Bps
         fan_in = feeders.sum() - feeders
@@ -40,7 +41,7 @@ class IncastDetector:
 
         streak = self._streaks.get(frame.device, congested.shape)
         streak.step(congested, frame.ts_ns, frame.dt_s)
-        hurting = (np.nan_to_num(drops) > 0) | self._pausing_ingress(frame)
+        hurting = (drops > 0) | self._pausing_ingress(frame)
         streak.start((streak.polls >= cfg.sustain_polls) | (congested & hurting))
         cleared = streak.stop(~congested)
 
@@ -54,13 +55,13 @@ class IncastDetector:
                 ts_ns=frame.ts_ns,
                 start_ns=int(streak.since_ns.flat[flat]),
                 active=active,
-                evidence={
-                    "queue_watermark_bytes": float(np.nan_to_num(watermark[p, q])),
-                    "ecn_marked_pps": round(float(np.nan_to_num(ecn[p, q])), 1),
-                    "egress_utilisation": round(float(tx[p] / line_Bps[p]), 4),
-                    "fan_in_ports": int(fan_in[p]),
-                    "drops_pps": round(float(np.nan_to_num(drops[p, q])) if drops.size else 0.0, 1),
-                },
+                evidence=evidence(
+                    queue_watermark_bytes=watermark[p, q],
+                    ecn_marked_pps=ecn[p, q],
+                    egress_utilisation=tx[p] / line_Bps[p],
+                    fan_in_ports=int(fan_in[p]),
+                    drops_pps=drops[p, q] if drops.size else 0.0,
+                ),
             )
 
         return [symptom(i, True) for i in np.flatnonzero(streak.active)] + [
@@ -71,4 +72,4 @@ class IncastDetector:
     def _pausing_ingress(frame: RateFrame) -> np.ndarray:
         """True when this switch is sending PFC pauses on any port: congestion spreading upstream."""
         tx_pfc, _ = frame.indexed("tx_pfc_frames")
-        return np.bool_(tx_pfc.size and np.nan_to_num(tx_pfc).sum() > 0)
+        return np.bool_(tx_pfc.size and (tx_pfc > 0).any())

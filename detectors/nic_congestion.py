@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from detectors.evidence import evidence
 from detectors.persistence import StreakTable
 from detectors.rates import RateFrame
 from schemas.messages import Symptom
@@ -27,7 +28,7 @@ class NicCongestion:
         columns = []
         for _, names in _SIGNALS:
             rates = [frame.port(n) for n in names]
-            rising = [np.nan_to_num(r) > 0 for r in rates if r is not None]
+            rising = [r > 0 for r in rates if r is not None]
             columns.append(np.logical_and.reduce(rising) if rising else np.zeros(len(frame.ports), bool))
         signalled = np.stack(columns, axis=1)
         streak = self._streaks.get(frame.device, signalled.shape)
@@ -38,10 +39,7 @@ class NicCongestion:
         def symptom(flat: int, active: bool) -> Symptom:
             p, k = np.unravel_index(flat, signalled.shape)
             kind, names = _SIGNALS[k]
-            evidence = {}
-            for n in names:
-                r = frame.port(n)
-                evidence[f"{n}_pps"] = round(float(np.nan_to_num(r[p])), 1) if r is not None else 0.0
+            found = {f"{n}_pps": frame.port(n)[p] for n in names if frame.port(n) is not None}
             return Symptom(
                 kind=kind,
                 device=frame.device,
@@ -49,7 +47,7 @@ class NicCongestion:
                 ts_ns=frame.ts_ns,
                 start_ns=int(streak.since_ns.flat[flat]),
                 active=active,
-                evidence=evidence,
+                evidence=evidence(1, **found),
             )
 
         return [symptom(i, True) for i in np.flatnonzero(streak.active)] + [

@@ -6,15 +6,19 @@ has lasted ``detection_time``. It is restored after ``restoration_time`` without
 Switches report queue occupancy and per-queue transmit counters; a NIC does not, so on a NIC the
 test is "paused nearly all the interval and sending nearly nothing".
 
+Unknown rates (NaN) compare false everywhere, so a missing counter never makes a storm.
 Because a poll covers a whole interval, "paused for the interval" is read from the pause duration
 counter (microseconds paused per second), which is exact, rather than inferred from frame counts.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from detectors.config import PfcStormConfig
+from detectors.evidence import evidence
 from detectors.persistence import StreakTable
 from detectors.rates import RateFrame
 from schemas.messages import Symptom
@@ -34,7 +38,7 @@ class PfcWatchdog:
             return []
         paused_frac = _by_priority(frame, "rx_pfc_duration_us", prios) / _US_PER_S
         storming = self._condition(frame, rx_frames, paused_frac, prios, line_Bps)
-        quiet = (np.nan_to_num(rx_frames) == 0) & ~(paused_frac >= self.config.paused_fraction)
+        quiet = (rx_frames == 0) & ~(paused_frac >= self.config.paused_fraction)
 
         storm = self._storm.get(frame.device, storming.shape)
         calm = self._quiet.get(frame.device, storming.shape)
@@ -65,14 +69,14 @@ class PfcWatchdog:
         idle_Bps = cfg.idle_tx_fraction * line_Bps[:, None]
         occupancy = _by_index(frame, "queue_occupancy_bytes", prios)
         if occupancy is None:
-            tx = np.nan_to_num(frame.port("tx_bytes"), nan=np.inf)[:, None]
+            tx = frame.port("tx_bytes")[:, None]
             return (paused_frac >= cfg.paused_fraction) & (tx < idle_Bps)
         queue_tx = _by_index(frame, "queue_tx_bytes", prios)
         if queue_tx is None:
             queue_tx = np.repeat(frame.port("tx_bytes")[:, None], prios.size, axis=1)
-        paused = (np.nan_to_num(rx_frames) > 0) | (paused_frac >= cfg.paused_fraction)
-        queued = np.nan_to_num(occupancy) > 0
-        silent = np.nan_to_num(queue_tx, nan=np.inf) < idle_Bps
+        paused = (rx_frames > 0) | (paused_frac >= cfg.paused_fraction)
+        queued = occupancy > 0
+        silent = queue_tx < idle_Bps
         return paused & queued & silent
 
     def _symptom(
@@ -95,10 +99,10 @@ class PfcWatchdog:
             ts_ns=frame.ts_ns,
             start_ns=int(since_ns),
             active=active,
-            evidence={
-                "paused_fraction": round(float(np.nan_to_num(paused_frac[port_i, prio_i])), 4),
-                "tx_utilisation": round(float(np.nan_to_num(tx[port_i]) / line_Bps[port_i]), 4),
-            },
+            evidence=evidence(
+                paused_fraction=paused_frac[port_i, prio_i],
+                tx_utilisation=tx[port_i] / line_Bps[port_i] if tx is not None else math.nan,
+            ),
         )
 
 
@@ -120,4 +124,4 @@ def _by_index(frame: RateFrame, name: str, wanted: np.ndarray) -> np.ndarray | N
 
 def _by_priority(frame: RateFrame, name: str, wanted: np.ndarray) -> np.ndarray:
     found = _by_index(frame, name, wanted)
-    return np.zeros((len(frame.ports), wanted.size)) if found is None else np.nan_to_num(found)
+    return np.full((len(frame.ports), wanted.size), np.nan) if found is None else found

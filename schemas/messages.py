@@ -189,6 +189,27 @@ class Anomaly(msgspec.Struct, tag="anomaly", tag_field="type", omit_defaults=Tru
     v: int = SCHEMA_VERSION
 
 
+class Symptom(msgspec.Struct, tag="symptom", tag_field="type", omit_defaults=True):
+    """What one device sees about itself (stage 1), sparse: emitted when it starts, changes or clears.
+
+    Stage 2 turns symptoms of many devices into incidents; a symptom alone never pages anybody.
+    ``kind`` is e.g. ``pfc_storm`` (watchdog condition met on a queue), ``incast`` (egress queue
+    congested with fan-in), ``ecmp_imbalance`` (a group's member shares skewed under load),
+    ``ecn_received`` (a NIC receiving ECN-marked traffic and sending CNPs).
+    """
+
+    kind: str
+    device: str
+    ts_ns: int
+    start_ns: int
+    active: bool = True
+    port: str = ""
+    priority: int | None = None
+    group: str = ""
+    evidence: dict[str, float | int | str] = msgspec.field(default_factory=dict)
+    v: int = SCHEMA_VERSION
+
+
 class Label(msgspec.Struct, tag="label", tag_field="type", omit_defaults=True):
     """Ground truth for a trace: a fault (or a benign look-alike, kind ``benign``) and its root."""
 
@@ -205,7 +226,7 @@ class Label(msgspec.Struct, tag="label", tag_field="type", omit_defaults=True):
             raise ValueError("end_ns is before start_ns")
 
 
-Message = Snapshot | Phase | Topology | Anomaly | Label
+Message = Snapshot | Phase | Topology | Symptom | Anomaly | Label
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Message)
@@ -226,7 +247,7 @@ def decode(data: bytes | str, expected: type | None = None) -> Any:
         msg = decoder.decode(data)
     except msgspec.ValidationError as exc:
         raise DecodeError(str(exc)) from None
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise DecodeError(f"not valid JSON: {exc}") from None
     if msg.v != SCHEMA_VERSION:
         raise DecodeError(f"unsupported schema version v={msg.v} (this build reads v={SCHEMA_VERSION})")

@@ -1,0 +1,139 @@
+"""Decode + rates throughput, in counter values per second on one core; prints JSON lines.
+
+Feeds pre-encoded snapshots (what arrives from Kafka or a trace) of a 64-port switch and of a NIC
+through schemas.messages.decode and the RateEngine, for many devices in turn as a stage-1 worker
+would see them. Also reports the full stage-1 (rates + detectors) on the same input.
+
+    python bench/bench_rates.py [--seconds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import time
+
+import numpy as np
+
+from detectors.rates import RateEngine
+from detectors.stage1 import Stage1
+from schemas.messages import CounterSpec, Snapshot, decode, encode
+
+T0 = 1_800_000_000_000_000_000
+
+
+def switch_counters() -> list[CounterSpec]:
+    port = [
+        CounterSpec(n)
+        for n in ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets", "rx_discards", "tx_discards")
+    ]
+    prio = [
+        CounterSpec(n, index=p)
+        for n in ("rx_pfc_frames", "tx_pfc_frames", "rx_pfc_duration_us", "tx_pfc_duration_us")
+        for p in range(8)
+    ]
+    queue = [
+        CounterSpec(n, kind=k, index=q)
+        for n, k in (
+            ("queue_tx_bytes", "counter"),
+            ("queue_tx_packets", "counter"),
+            ("queue_drops", "counter"),
+            ("queue_ecn_marked_packets", "counter"),
+            ("queue_occupancy_bytes", "gauge"),
+            ("queue_watermark_bytes", "watermark"),
+        )
+        for q in range(8)
+    ]
+    return port + prio + queue
+
+
+def nic_counters() -> list[CounterSpec]:
+    names = [
+        "tx_bytes",
+        "rx_bytes",
+        "tx_packets",
+        "rx_packets",
+        "rx_ecn_marked_packets",
+        "cnp_sent",
+        "cnp_received",
+    ]
+    wrap32 = ["out_of_buffer", "out_of_sequence", "packet_seq_err", "local_ack_timeout_err"]
+    prio = [CounterSpec(n, index=p) for n in ("rx_pfc_frames", "tx_pfc_frames") for p in range(8)]
+    return [CounterSpec(n) for n in names] + [CounterSpec(n, width=32) for n in wrap32] + prio
+
+
+_TYPICAL_RATE = {
+    "tx_bytes": 15e9,
+    "rx_bytes": 15e9,
+    "tx_packets": 3.6e6,
+    "rx_packets": 3.6e6,
+    "queue_tx_bytes": 2e9,
+    "queue_tx_packets": 5e5,
+}
+"""Steady traffic at about a third of 400G line rate and no congestion: the common case, in which
+detectors are quiet; a benchmark full of random counters would measure symptom formatting."""
+
+
+def encoded_series(
+    kind: str, devices: int, polls: int, nports: int, counters: list[CounterSpec]
+) -> list[bytes]:
+    rng = np.random.default_rng(1)
+    base = rng.integers(0, 2**40, size=(devices, nports, len(counters)), dtype=np.uint64)
+    typical = np.array([_TYPICAL_RATE.get(c.name, 0) for c in counters], dtype=np.uint64)
+    step = (rng.uniform(0.5, 1.0, size=(devices, nports, len(counters))) * typical).astype(np.uint64)
+    ports = [f"Ethernet{8 * i}" for i in range(nports)] if kind == "switch" else ["1"]
+    out = []
+    for t in range(polls):
+        for d in range(devices):
+            values = base[d] + step[d] * np.uint64(t)
+            snap = Snapshot(
+                device=f"{kind}{d:03d}",
+                device_kind=kind,
+                ts_ns=T0 + t * 1_000_000_000,
+                counters=counters,
+                ports=ports,
+                values=values.tolist(),
+            )
+            out.append(encode(snap))
+    return out
+
+
+def measure(label: str, messages: list[bytes], values_per_msg: int, seconds: float, stage1: bool) -> dict:
+    runs, elapsed = 0, 0.0
+    while elapsed < seconds:
+        engine = Stage1() if stage1 else RateEngine()
+        step = engine.process if stage1 else engine.update
+        start = time.perf_counter()
+        for m in messages:
+            step(decode(m, Snapshot))
+        elapsed += time.perf_counter() - start
+        runs += 1
+    values = runs * len(messages) * values_per_msg
+    return {
+        "bench": "decode_rates" if not stage1 else "decode_stage1",
+        "device": label,
+        "values_per_snapshot": values_per_msg,
+        "snapshots_per_s": round(runs * len(messages) / elapsed),
+        "values_per_s": round(values / elapsed),
+        "us_per_snapshot": round(elapsed / (runs * len(messages)) * 1e6, 1),
+        "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=3.0)
+    args = parser.parse_args()
+    sw, nic = switch_counters(), nic_counters()
+    cases = [
+        ("switch64", encoded_series("switch", 8, 20, 64, sw), 64 * len(sw)),
+        ("nic", encoded_series("nic", 200, 20, 1, nic), len(nic)),
+    ]
+    for label, msgs, per in cases:
+        for stage1 in (False, True):
+            print(json.dumps(measure(label, msgs, per, args.seconds, stage1)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
