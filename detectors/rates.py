@@ -110,7 +110,7 @@ class _DeviceState:
     layout: Layout
     ports: list[str]
     raw: np.ndarray
-    valid: np.ndarray
+    valid: np.ndarray | None
 
 
 @dataclass
@@ -157,32 +157,51 @@ class RateEngine:
         return layout
 
     def _rates(
-        self, layout: Layout, prev: _DeviceState, cur: np.ndarray, valid: np.ndarray, dt: float
+        self, layout: Layout, prev: _DeviceState, cur: np.ndarray, valid: np.ndarray | None, dt: float
     ) -> np.ndarray:
-        is_counter = layout.is_counter
-        went_down = (cur < prev.raw) & is_counter
-        wrapped = ((cur - prev.raw) & layout.mask).astype(np.float64) * layout.scale
-        limit = layout.max_rate * dt
-        reset = went_down & (wrapped > limit)
-        port_reset = reset.any(axis=1, keepdims=True)
-        self.stats.port_resets += int(port_reset.sum())
-        since_reset = went_down & port_reset
-        delta = np.where(since_reset, cur.astype(np.float64) * layout.scale, wrapped)
-        rates = delta / dt
-        impossible = is_counter & (rates > layout.max_rate)
-        known = valid & prev.valid
-        rates = np.where(is_counter, rates, cur.astype(np.float64))
-        bad = impossible | ~(valid & (known | ~is_counter))
-        self.stats.impossible += int((impossible & known).sum())
-        rates[bad] = np.nan
+        """Written for few numpy calls: a NIC snapshot is a 1 x 30 matrix, where per-call overhead
+        is the whole cost; the rare cases (resets, impossible rates, missing values) branch off."""
+        delta = ((cur - prev.raw) & layout.mask).astype(np.float64)
+        delta *= layout.scale
+        went_down = cur < prev.raw
+        went_down &= layout.is_counter
+        reset = went_down & (delta > layout.max_rate * dt)
+        if reset.any():
+            delta = self._count_from_zero(layout, cur, delta, went_down, reset)
+        delta /= dt
+        rates = np.where(layout.is_counter, delta, cur)
+        impossible = rates > layout.max_rate
+        if impossible.any():
+            self.stats.impossible += int(impossible.sum())
+            rates[impossible] = np.nan
+        if valid is not None or prev.valid is not None:
+            rates[~_known(layout, valid, prev.valid)] = np.nan
         return rates
 
+    def _count_from_zero(
+        self, layout: Layout, cur: np.ndarray, delta: np.ndarray, went_down: np.ndarray, reset: np.ndarray
+    ) -> np.ndarray:
+        """A reset port: every counter of it that went down has counted from zero since."""
+        port_reset = reset.any(axis=1, keepdims=True)
+        self.stats.port_resets += int(port_reset.sum())
+        return np.where(went_down & port_reset, cur * layout.scale, delta)
 
-def _as_matrix(values: list[list[int | None]], nports: int, ncols: int) -> tuple[np.ndarray, np.ndarray]:
-    """Values as a uint64 matrix plus a validity mask; missing or negative entries are invalid."""
+
+def _known(layout: Layout, valid: np.ndarray | None, prev_valid: np.ndarray | None) -> np.ndarray:
+    """Where a rate can be known: the value is present and, for counters, so was the previous one."""
+    shape = (valid if valid is not None else prev_valid).shape
+    now = valid if valid is not None else np.ones(shape, dtype=bool)
+    before = prev_valid if prev_valid is not None else np.ones(shape, dtype=bool)
+    return now & (before | ~layout.is_counter)
+
+
+def _as_matrix(
+    values: list[list[int | None]], nports: int, ncols: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Values as a uint64 matrix plus a validity mask (None when every value is present);
+    missing or negative entries are invalid."""
     try:
-        raw = np.array(values, dtype=np.uint64).reshape(nports, ncols)
-        return raw, np.ones((nports, ncols), dtype=bool)
+        return np.array(values, dtype=np.uint64).reshape(nports, ncols), None
     except (TypeError, OverflowError):
         pass
     flat = [v if isinstance(v, int) and 0 <= v < 1 << 64 else None for row in values for v in row]
@@ -202,5 +221,5 @@ def _realign(prev: _DeviceState, layout: Layout, ports: list[str]) -> _DeviceSta
         new_r, old_r = (np.array(x, dtype=np.intp) for x in zip(*rows, strict=True))
         new_c, old_c = (np.array(x, dtype=np.intp) for x in zip(*cols, strict=True))
         raw[np.ix_(new_r, new_c)] = prev.raw[np.ix_(old_r, old_c)]
-        valid[np.ix_(new_r, new_c)] = prev.valid[np.ix_(old_r, old_c)]
+        valid[np.ix_(new_r, new_c)] = True if prev.valid is None else prev.valid[np.ix_(old_r, old_c)]
     return _DeviceState(prev.ts_ns, layout, ports, raw, valid)
