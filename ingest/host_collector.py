@@ -1,0 +1,131 @@
+"""Read one RDMA NIC of a Linux host into a snapshot: IB sysfs counters, hw_counters and ethtool -S.
+
+A RoCE NIC reports the same traffic several ways (ethtool's physical-port counters, the RDMA queue
+and congestion counters in hw_counters, the IB PMA counters in sysfs) and each source alone misses
+something: PFC and pause counters exist only in ethtool, CNP and ECN counters only in hw_counters,
+and an InfiniBand port has no netdev at all. So one snapshot combines them, with a fixed precedence
+per column (see ``SOURCE_ORDER``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+from ingest.mapping import build_combined_snapshot
+from ingest.parsers import parse_ethtool_stats, read_sysfs_port
+from schemas.messages import Snapshot
+
+ETHTOOL_TIMEOUT_S = 5.0
+
+# vendor -> (hw_counters source, ethtool source). The RDMA hw_counters come first so out_of_buffer
+# is the RDMA queue counter rather than the netdev's rx_out_of_buffer; ethtool comes before the IB
+# PMA counters because its port counters are exact octets and 64-bit, where PMA error counters
+# saturate at 8 or 16 bits.
+SOURCE_ORDER = {
+    "mlx5": ("mlx5_hw_counters", "mlx5_ethtool", "ib_counters"),
+    "bnxt": ("bnxt_re_hw_counters", "bnxt_ethtool", "ib_counters"),
+}
+_DRIVER_VENDOR = {"mlx5_core": "mlx5", "mlx5_ib": "mlx5", "bnxt_en": "bnxt", "bnxt_re": "bnxt"}
+_NAME_PREFIX_VENDOR = {"mlx5": "mlx5", "bnxt_re": "bnxt"}
+
+
+class EthtoolError(RuntimeError):
+    """ethtool is missing or failed; the text says what to do."""
+
+
+def run_ethtool(netdev: str) -> str:
+    """``ethtool -S <netdev>`` output; raises EthtoolError when ethtool is absent or fails."""
+    exe = shutil.which("ethtool")
+    if exe is None:
+        raise EthtoolError(
+            "ethtool is not installed or not on PATH; install it (apt install ethtool / dnf install ethtool)"
+            " to read the NIC's PFC and pause counters, or collect without a netdev"
+        )
+    try:
+        proc = subprocess.run(
+            [exe, "-S", netdev], capture_output=True, text=True, timeout=ETHTOOL_TIMEOUT_S, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise EthtoolError(f"ethtool -S {netdev} did not answer within {ETHTOOL_TIMEOUT_S} s") from None
+    if proc.returncode != 0:
+        raise EthtoolError(f"ethtool -S {netdev} failed (exit {proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def collect_nic(
+    sysfs_root: Path,
+    ib_dev: str,
+    netdev: str | None,
+    ethtool_text: str | None,
+    ts_ns: int,
+    *,
+    host: str | None = None,
+    vendor: str | None = None,
+) -> Snapshot:
+    """Snapshot of one RDMA device: device id ``<host>/<ib_dev>``, one row per IB port number.
+
+    ``sysfs_root`` is the sysfs mount (``/sys``). ``ethtool_text`` is used when given, otherwise
+    ethtool runs on ``netdev`` when one is named. The ethtool counters belong to the port whose
+    default GID is on ``netdev`` (or to the only port). ``vendor`` (``mlx5`` or ``bnxt``) decides how
+    hw_counters and ethtool names are read; by default it comes from the device's driver.
+    """
+    dev_dir = Path(sysfs_root) / "class" / "infiniband" / ib_dev
+    ports_dir = dev_dir / "ports"
+    if not ports_dir.is_dir():
+        raise ValueError(f"{dev_dir}: no such RDMA device (no ports/ directory)")
+    hw_source, eth_source, ib_source = _sources(vendor or detect_vendor(dev_dir))
+    port_names = sorted((p.name for p in ports_dir.iterdir() if p.name.isdigit()), key=int)
+    if ethtool_text is None and netdev is not None:
+        ethtool_text = run_ethtool(netdev)
+    per_port: dict[str, dict[str, dict[str, int]]] = {}
+    for port in port_names:
+        counters, hw_counters = read_sysfs_port(ports_dir / port)
+        per_port[port] = {hw_source: hw_counters, ib_source: counters}
+    if ethtool_text is not None:
+        per_port[_netdev_port(ports_dir, port_names, netdev)][eth_source] = parse_ethtool_stats(ethtool_text)
+    device = f"{host or socket.gethostname()}/{ib_dev}"
+    return build_combined_snapshot(device, "nic", ts_ns, [hw_source, eth_source, ib_source], per_port)
+
+
+def _sources(vendor: str) -> tuple[str, str, str]:
+    if vendor not in SOURCE_ORDER:
+        raise ValueError(f"unknown NIC vendor {vendor!r}; known: {', '.join(SOURCE_ORDER)}")
+    return SOURCE_ORDER[vendor]
+
+
+def detect_vendor(dev_dir: Path) -> str:
+    """``mlx5`` or ``bnxt``, from the device's kernel driver, else from its name (mlx5_0, bnxt_re0)."""
+    driver = dev_dir / "device" / "driver"
+    by_driver = _DRIVER_VENDOR.get(driver.resolve().name) if driver.exists() else None
+    if by_driver is not None:
+        return by_driver
+    for prefix, vendor in _NAME_PREFIX_VENDOR.items():
+        if dev_dir.name.startswith(prefix):
+            return vendor
+    raise ValueError(
+        f"{dev_dir.name}: cannot tell the NIC vendor; pass vendor= one of {sorted(SOURCE_ORDER)}"
+    )
+
+
+def _netdev_port(ports_dir: Path, port_names: list[str], netdev: str | None) -> str:
+    """The IB port whose default GID (gid_attrs/ndevs/0) sits on ``netdev``; else the only port."""
+    if netdev is not None:
+        for port in port_names:
+            ndev = ports_dir / port / "gid_attrs" / "ndevs" / "0"
+            if _read_text(ndev) == netdev:
+                return port
+    if len(port_names) == 1:
+        return port_names[0]
+    raise ValueError(
+        f"{ports_dir.parent.name}: cannot tell which of ports {port_names} carries netdev {netdev!r}"
+    )
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
