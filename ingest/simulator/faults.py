@@ -1,0 +1,238 @@
+"""Injected faults and benign look-alikes: the traffic they add, the conditions they impose, their labels.
+
+Traffic faults (incast, ECMP collapse, the benign look-alikes) are ordinary activities with a
+particular shape; condition faults (a stalled NIC, a lossy link, a slow NIC) change how the fabric
+carries traffic and are handed to the congestion model as ``Condition`` objects whose ``stage`` at a
+time is part of the cached fabric state. Every fault that starts within the run yields one Label.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ingest.simulator import scenario as sc_mod
+from ingest.simulator.fabric import NIC_PORT, Fabric
+from ingest.simulator.scenario import Scenario
+from ingest.simulator.traffic import NS, ActivityRun, build_flows, host_pairs, make_activity, select_hosts
+from schemas.messages import Label, RootCause
+
+LOSSLESS_PRIORITY = 3
+STORM_HOPS = 4  # enough to cross a two-tier fabric: leaf, spine, far leaf, far NICs
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A fault that changes the fabric itself between ``start`` and ``end`` (seconds).
+
+    ``kind`` is ``stall`` (NIC ``nic`` stops draining and pauses its leaf), ``loss`` (directed links
+    ``links`` drop ``amount`` of their packets) or ``slow`` (NIC ``nic`` runs at ``amount`` of its
+    line rate). A stall spreads one hop per ``step`` seconds, so its stage is the hop count reached.
+    """
+
+    kind: str
+    start: float
+    end: float
+    nic: int = -1
+    links: tuple[int, ...] = ()
+    amount: float = 0.0
+    step: float = 0.0
+
+    def stage_at(self, t: float) -> int | None:
+        if not self.start <= t < self.end:
+            return None
+        if self.kind != "stall":
+            return 0
+        return min(int((t - self.start) / self.step), STORM_HOPS)
+
+    def edges(self) -> list[float]:
+        hops = [self.start + h * self.step for h in range(1, STORM_HOPS + 1)] if self.kind == "stall" else []
+        return [self.start, self.end, *(t for t in hops if t < self.end)]
+
+
+@dataclass(frozen=True)
+class Impulse:
+    """A one-off counter increment (a firmware event), at ``t`` seconds on NIC ``nic``."""
+
+    t: float
+    nic: int
+    counter: str
+    amount: int = 1
+
+
+@dataclass
+class FaultPlan:
+    activities: list[ActivityRun] = field(default_factory=list)
+    conditions: list[Condition] = field(default_factory=list)
+    labels: list[Label] = field(default_factory=list)
+    impulses: list[Impulse] = field(default_factory=list)
+
+
+def plan_faults(sc: Scenario, fabric: Fabric, jobs: list[ActivityRun]) -> FaultPlan:
+    """Turn the scenario's ``faults`` into activities, conditions and labels; ``jobs`` names victims."""
+    plan = FaultPlan()
+    context = _Context(sc, fabric, plan, jobs)
+    for i, fault in enumerate(sc.faults):
+        if fault.start >= sc.duration:
+            continue  # a run cut short (duration override) never reaches this fault
+        end = min(fault.start + fault.duration, sc.duration)
+        job = getattr(fault, "job", "") or f"{fault.__struct_config__.tag}-{i}"
+        plan.labels.append(_ADDERS[type(fault)](context, fault, i, job, end))
+    return plan
+
+
+@dataclass(frozen=True)
+class _Context:
+    sc: Scenario
+    fabric: Fabric
+    plan: FaultPlan
+    jobs: list[ActivityRun]
+
+
+def _label(
+    sc: Scenario, kind: str, start: float, end: float, root: RootCause, jobs: list[str], note: str
+) -> Label:
+    t0 = sc.start_ns
+    return Label(kind, t0 + round(start * NS), t0 + round(end * NS), root, jobs=jobs, note=note)  # type: ignore[arg-type]
+
+
+def _leaf_port_root(fabric: Fabric, host: str) -> RootCause:
+    nic = fabric.host_nics(host)[0]
+    return RootCause(
+        fabric.leaves[int(fabric.nic_leaf[nic])], fabric.leaf_port_of_nic(nic), LOSSLESS_PRIORITY
+    )
+
+
+def _group_root(fabric: Fabric, leaf: int) -> RootCause:
+    name = fabric.leaves[leaf]
+    return RootCause(name, group=f"{name}/uplinks")
+
+
+def _add_storm(c: _Context, f: sc_mod.PfcStorm, i: int, job: str, end: float) -> Label:
+    sc, fabric, plan = c.sc, c.fabric, c.plan
+    nic = fabric.nic_index(f.root)
+    host = fabric.hosts[int(fabric.nic_host[nic])]
+    plan.conditions.append(Condition("stall", f.start, end, nic=nic, step=f.propagation_delay))
+    plan.impulses.append(Impulse(f.start, nic, "pause_storm_warning_events"))
+    victims = sorted(
+        {a.job for a in c.jobs if a.phase and host in a.phase.hosts and _overlaps(a, f.start, end)}
+    )
+    root = RootCause(fabric.nics[nic], NIC_PORT, LOSSLESS_PRIORITY)
+    note = f"{fabric.nics[nic]} stops draining priority {LOSSLESS_PRIORITY}; pauses spread one hop per "
+    return _label(sc, "pfc_storm", f.start, end, root, victims, note + f"{f.propagation_delay}s")
+
+
+def _overlaps(a: ActivityRun, start: float, end: float) -> bool:
+    return bool(len(a.starts)) and a.starts[0] < end and a.ends[-1] > start
+
+
+def _add_incast(c: _Context, f: sc_mod.Incast, i: int, job: str, end: float) -> Label:
+    sc, fabric, plan = c.sc, c.fabric, c.plan
+    senders = select_hosts(fabric, f.senders, "spread", _next_host(fabric, f.receiver), (f.receiver,))
+    hosts = [*senders, f.receiver]
+    flows = build_flows(fabric, host_pairs("Reduce", hosts, f.receiver), f.load, f.qps)
+    root_host = f.receiver if f.op == "Reduce" else None
+    plan.activities.append(
+        make_activity(sc, job, f"fault{i}", f.op, hosts, flows, f.start, end, root=root_host)
+    )
+    note = f"{len(senders)} senders x {f.load:.0%} of line rate into {f.receiver}"
+    return _label(sc, "incast", f.start, end, _leaf_port_root(fabric, f.receiver), [job], note)
+
+
+def _add_burst(c: _Context, f: sc_mod.AbsorbedBurst, i: int, job: str, end: float) -> Label:
+    sc, fabric, plan = c.sc, c.fabric, c.plan
+    senders = select_hosts(fabric, f.senders, "spread", _next_host(fabric, f.receiver), (f.receiver,))
+    hosts = [*senders, f.receiver]
+    flows = build_flows(fabric, host_pairs("Reduce", hosts, f.receiver), f.load, f.qps)
+    burst = (f.burst.duration, f.burst.period)
+    plan.activities.append(make_activity(sc, job, f"fault{i}", "AllToAll", hosts, flows, f.start, end, burst))
+    note = (
+        f"absorbed_burst: skewed All-to-All bursts of {f.burst.duration}s every {f.burst.period}s into "
+        f"{f.receiver}; buffers absorb them below the PFC threshold"
+    )
+    return _label(sc, "benign", f.start, end, _leaf_port_root(fabric, f.receiver), [job], note)
+
+
+def _add_collapse(c: _Context, f: sc_mod.EcmpCollapse, i: int, job: str, end: float) -> Label:
+    sc, fabric, plan = c.sc, c.fabric, c.plan
+    leaf = fabric.leaves.index(f.leaf)
+    per_leaf = fabric.spec.hosts_per_leaf
+    local = fabric.hosts[leaf * per_leaf : (leaf + 1) * per_leaf]
+    senders = f.hosts if isinstance(f.hosts, list) else local[: f.hosts or per_leaf]
+    peers = [_peer(fabric, s, n) for n, s in enumerate(senders)]
+    allowed = np.stack([fabric.polarised_members(li, f.members_used) for li in range(fabric.spec.leaves)])
+    pairs = [(s, p, 1.0) for s, p in zip(senders, peers, strict=True)]
+    flows = build_flows(fabric, pairs, f.load, f.qps, allowed)
+    hosts = [*senders, *peers]
+    plan.activities.append(make_activity(sc, job, f"fault{i}", "SendRecv", hosts, flows, f.start, end))
+    note = f"{len(senders)} long flows, {f.qps} QP each, polarised onto {f.members_used} uplink(s)"
+    return _label(sc, "ecmp_collapse", f.start, end, _group_root(fabric, leaf), [job], note)
+
+
+def _peer(fabric: Fabric, host: str, n: int) -> str:
+    """A partner on another leaf, rotating over the other leaves so the far side is spread."""
+    per_leaf, n_leaves = fabric.spec.hosts_per_leaf, fabric.spec.leaves
+    h = fabric.hosts.index(host)
+    leaf = (h // per_leaf + 1 + n % (n_leaves - 1)) % n_leaves
+    return fabric.hosts[leaf * per_leaf + h % per_leaf]
+
+
+def _add_balanced(c: _Context, f: sc_mod.BalancedAllReduce, i: int, job: str, end: float) -> Label:
+    sc, fabric, plan = c.sc, c.fabric, c.plan
+    hosts = select_hosts(fabric, f.hosts, "spread")
+    qps = f.qps or fabric.group_size
+    flows = build_flows(fabric, host_pairs("AllReduce", hosts), f.load, qps)
+    plan.activities.append(make_activity(sc, job, f"fault{i}", "AllReduce", hosts, flows, f.start, end))
+    note = f"balanced_allreduce: ring AllReduce at {f.load:.0%} of line rate, {qps} QPs per connection"
+    return _label(sc, "benign", f.start, end, _group_root(fabric, fabric.leaf_of_host(hosts[0])), [job], note)
+
+
+def _add_idle(c: _Context, f: sc_mod.Idle, i: int, job: str, end: float) -> Label:
+    sc, fabric, plan = c.sc, c.fabric, c.plan
+    leaf = fabric.leaves.index(f.leaf)
+    per_leaf = fabric.spec.hosts_per_leaf
+    senders = fabric.hosts[leaf * per_leaf : (leaf + 1) * per_leaf]
+    pairs = [(s, _peer(fabric, s, n), 1.0) for n, s in enumerate(senders)] if fabric.spec.leaves > 1 else []
+    flows = build_flows(fabric, pairs, f.load, 1)
+    plan.activities.append(make_activity(sc, job, f"fault{i}", "idle", senders, flows, f.start, end))
+    note = f"idle: {f.leaf} carries only a {f.load:.0%} trickle on single-QP flows (uneven but negligible)"
+    return _label(sc, "benign", f.start, end, _group_root(fabric, leaf), [job], note)
+
+
+def _add_lossy(c: _Context, f: sc_mod.LossyLink, i: int, job: str, end: float) -> Label:
+    sc, fabric, plan = c.sc, c.fabric, c.plan
+    if f.device in fabric.switches:
+        port = fabric.switch_port_id(f.device, f.port)
+        root = RootCause(f.device, f.port)
+    else:
+        port = fabric.nic_index(f.device)
+        root = RootCause(fabric.nics[port], NIC_PORT)
+    links = (int(fabric.port_out[port]), int(fabric.port_in[port]))
+    plan.conditions.append(Condition("loss", f.start, end, links=links, amount=f.loss_rate))
+    note = f"lossy_link: {f.loss_rate:g} of packets lost in both directions"
+    return _label(sc, "outlier", f.start, end, root, [], note)
+
+
+def _add_slowdown(c: _Context, f: sc_mod.NicSlowdown, i: int, job: str, end: float) -> Label:
+    sc, fabric, plan = c.sc, c.fabric, c.plan
+    nic = fabric.nic_index(f.nic)
+    plan.conditions.append(Condition("slow", f.start, end, nic=nic, amount=f.factor))
+    note = f"nic_slowdown: bandwidth silently drops to {f.factor:.0%} of line rate"
+    return _label(sc, "outlier", f.start, end, RootCause(fabric.nics[nic], NIC_PORT), [], note)
+
+
+def _next_host(fabric: Fabric, host: str) -> int:
+    return (fabric.hosts.index(host) + 1) % len(fabric.hosts)
+
+
+_ADDERS = {
+    sc_mod.PfcStorm: _add_storm,
+    sc_mod.Incast: _add_incast,
+    sc_mod.AbsorbedBurst: _add_burst,
+    sc_mod.EcmpCollapse: _add_collapse,
+    sc_mod.BalancedAllReduce: _add_balanced,
+    sc_mod.Idle: _add_idle,
+    sc_mod.LossyLink: _add_lossy,
+    sc_mod.NicSlowdown: _add_slowdown,
+}

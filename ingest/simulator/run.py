@@ -1,0 +1,264 @@
+"""The simulation loop: walk the timeline segment by segment, poll every device, write the trace.
+
+Time is integer nanoseconds from the start, cut at every event (poll, activity or burst edge, fault
+stage, reset), so nothing depends on float accumulation and the fabric is constant within a segment.
+All randomness comes from one PCG64 stream drawn in a fixed order, and nothing reads the wall clock
+except the returned ``wall_seconds``: the same scenario and seed give the same bytes.
+
+What a collector gets wrong on purpose (each optional, see ``collector`` in docs/scenarios.md):
+read-time jitter, per-device clock skew, missed polls, duplicated and reordered deliveries, and
+counter resets. A record's ``ts_ns`` is when the snapshot was delivered (true time, non-decreasing in
+the file); the snapshot's own ``ts_ns`` is the device-side reading time, skew included.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ingest.simulator.congestion import solve
+from ingest.simulator.counters import NIC_TABLE, SWITCH_TABLE, Bank, Rates, Table, rates
+from ingest.simulator.fabric import NIC_PORT, Fabric, build_fabric
+from ingest.simulator.faults import FaultPlan, plan_faults
+from ingest.simulator.scenario import Scenario
+from ingest.simulator.traffic import NS, ActivityRun, Flows, job_activities
+from schemas import topics
+from schemas.messages import Phase, Snapshot
+from schemas.trace import TraceWriter
+
+SOURCE = "sim"
+STATE_CACHE = 256  # distinct fabric states kept solved; bursty scenarios revisit a few states
+OCCUPANCY_SPREAD = 0.3  # an instantaneous queue reading wanders this much around its equilibrium
+PEAK_EXCESS = 0.25  # a watermark catches peaks up to this much above the equilibrium
+
+
+@dataclass(frozen=True)
+class SimStats:
+    records: int
+    snapshots: int
+    values: int
+    simulated_seconds: float
+    wall_seconds: float
+
+
+@dataclass(frozen=True)
+class _Device:
+    name: str
+    kind: str  # "nic" | "switch"
+    rows: slice
+    ports: list[str]
+
+
+def simulate(scenario: Scenario, out: Path, seed: int | None = None) -> SimStats:
+    """Simulate ``scenario`` into a trace at ``out`` (gzipped if it ends in .gz).
+
+    ``seed`` overrides the scenario's, so one file can give many independent runs.
+    """
+    wall = time.perf_counter()
+    seed = scenario.seed if seed is None else seed
+    fabric = build_fabric(scenario.fabric)
+    activities = job_activities(scenario, fabric)
+    plan = plan_faults(scenario, fabric, activities)
+    sim = _Simulation(scenario, fabric, activities + plan.activities, plan, seed)
+    meta = {
+        "scenario": scenario.name,
+        "seed": seed,
+        "duration_s": sim.end_ns / NS,
+        "poll_interval_s": scenario.poll_interval,
+        "hosts": len(fabric.hosts),
+    }
+    with TraceWriter(out, "simulate", scenario.start_ns, meta) as writer:
+        sim.run(writer)
+    return SimStats(writer.records, sim.snapshots, sim.values, sim.end_ns / NS, time.perf_counter() - wall)
+
+
+class _Simulation:
+    def __init__(
+        self, sc: Scenario, fabric: Fabric, activities: list[ActivityRun], plan: FaultPlan, seed: int
+    ) -> None:
+        self.sc, self.fabric, self.activities, self.plan = sc, fabric, activities, plan
+        self.rng = np.random.Generator(np.random.PCG64(seed))
+        self.poll_ns = round(sc.poll_interval * NS)
+        self.end_ns = int(sc.duration * NS) // self.poll_ns * self.poll_ns
+        c = sc.collector
+        n_sw_rows = int(fabric.switch_rows[-1])
+        self.nic_bank = Bank(NIC_TABLE, fabric.n_nics, c.counter_start, self.rng)
+        self.sw_bank = Bank(SWITCH_TABLE, n_sw_rows, c.counter_start, self.rng)
+        self.devices = [_Device(n, "nic", slice(i, i + 1), [NIC_PORT]) for i, n in enumerate(fabric.nics)]
+        rows = fabric.switch_rows
+        self.devices += [
+            _Device(n, "switch", slice(int(rows[s]), int(rows[s + 1])), fabric.switch_ports[s])
+            for s, n in enumerate(fabric.switches)
+        ]
+        self.sw_sizes = np.diff(rows)
+        self.skew_ns = np.round(self.rng.uniform(-1, 1, len(self.devices)) * c.clock_skew_max * NS).astype(
+            np.int64
+        )
+        self.events = self._events()
+        self.cache: OrderedDict[tuple, Rates] = OrderedDict()
+        self.phases = sorted((a.phase for a in activities if a.phase), key=lambda p: p.begin_ns)
+        self.next_phase = 0
+        self.held: dict[int, Snapshot] = {}
+        self.snapshots = self.values = 0
+        # State of the segment just integrated: what a read slightly in the past rewinds along.
+        self.last_nic = np.zeros_like(self.nic_bank.total)
+        self.last_sw = np.zeros_like(self.sw_bank.total)
+        self.last_seconds = 0.0
+        self.queue = np.zeros(n_sw_rows)
+        self.peak = np.zeros(n_sw_rows)
+
+    def _events(self) -> dict[int, list[tuple[str, int, str, int]]]:
+        """Resets and firmware events by time: ("reset", device, "", 0) or ("bump", nic, counter, n)."""
+        c = self.sc.collector
+        events: dict[int, list[tuple[str, int, str, int]]] = defaultdict(list)
+        names = {d.name: i for i, d in enumerate(self.devices)}
+        for r in c.resets:
+            events[round(r.at * NS)].append(("reset", names[r.device], "", 0))
+        seconds = self.end_ns / NS
+        counts = self.rng.poisson(c.reset_rate_per_hour * seconds / 3600, len(self.devices))
+        times = self.rng.uniform(0, seconds, int(counts.sum()))
+        for dev, t in zip(np.repeat(np.arange(len(self.devices)), counts), times, strict=True):
+            events[round(t * NS)].append(("reset", int(dev), "", 0))
+        for imp in self.plan.impulses:
+            events[round(imp.t * NS)].append(("bump", imp.nic, imp.counter, imp.amount))
+        return events
+
+    def _edges(self) -> np.ndarray:
+        times = [a.edges() for a in self.activities] + [np.array(c.edges()) for c in self.plan.conditions]
+        ns = np.round(np.concatenate([np.zeros(0), *times]) * NS).astype(np.int64)
+        polls = np.arange(0, self.end_ns + 1, self.poll_ns, dtype=np.int64)
+        events = np.fromiter(self.events, dtype=np.int64, count=len(self.events))
+        edges = np.unique(np.concatenate([polls, ns, events]))
+        return edges[(edges >= 0) & (edges <= self.end_ns)]
+
+    def run(self, writer: TraceWriter) -> None:
+        t0 = self.sc.start_ns
+        writer.write_message(topics.TOPOLOGY, "fabric", t0, self.fabric.topology(t0))
+        for label in self.plan.labels:
+            # Right after the topology, so a reader has the ground truth before any data.
+            writer.write_message(topics.LABELS, label.kind, t0, label)
+        edges = self._edges()
+        self._poll(writer, 0)
+        for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
+            for event in self.events.get(a, ()):
+                self._apply(event)
+            self._integrate(self._state((a + b) / 2 / NS), (b - a) / NS)
+            if b % self.poll_ns == 0:
+                self._poll(writer, b)
+        self._flush(writer)
+
+    def _apply(self, event: tuple[str, int, str, int]) -> None:
+        what, index, counter, amount = event
+        if what == "bump":
+            self.nic_bank.bump(index, counter, amount)
+            return
+        device = self.devices[index]
+        (self.nic_bank if device.kind == "nic" else self.sw_bank).reset(device.rows)
+
+    def _state(self, t: float) -> Rates:
+        """The solved fabric at time ``t`` (seconds), from the cache when this state was seen before."""
+        on = tuple(i for i, a in enumerate(self.activities) if a.on_at(t))
+        stages = tuple((j, s) for j, c in enumerate(self.plan.conditions) if (s := c.stage_at(t)) is not None)
+        key = (on, stages)
+        hit = self.cache.get(key)
+        if hit is not None:
+            self.cache.move_to_end(key)
+            return hit
+        flows = Flows.concat([self.activities[i].flows for i in on])
+        st = solve(self.fabric, flows, [(self.plan.conditions[j], s) for j, s in stages])
+        self.cache[key] = result = rates(self.fabric, st)
+        if len(self.cache) > STATE_CACHE:
+            self.cache.popitem(last=False)
+        return result
+
+    def _integrate(self, r: Rates, seconds: float) -> None:
+        """Advance every counter by one segment, with per-link traffic noise that never exceeds line rate."""
+        f = self.fabric
+        sigma = self.sc.collector.noise
+        noise = 1.0 + sigma * self.rng.standard_normal(f.n_links)
+        noise = np.clip(noise, 0.0, 1.0 / np.maximum(r.util, 1e-9))
+        self.last_nic = r.nic * _multiplier(NIC_TABLE, noise[f.nic_up], noise[f.nic_down])
+        out, inn = f.port_out[f.n_nics :], f.port_in[f.n_nics :]
+        self.last_sw = r.switch * _multiplier(SWITCH_TABLE, noise[out], noise[inn])
+        self.last_seconds = seconds
+        self.nic_bank.add(self.last_nic, seconds)
+        self.sw_bank.add(self.last_sw, seconds)
+        self.queue = r.queue
+        peaks = r.queue * (1.0 + PEAK_EXCESS * self.rng.random(len(r.queue)))
+        np.maximum(self.peak, peaks, out=self.peak)
+
+    def _poll(self, writer: TraceWriter, t_ns: int) -> None:
+        """Read every device at ``t_ns`` (minus its jitter) and deliver the snapshots in read order."""
+        c = self.sc.collector
+        n_dev, n_nics = len(self.devices), self.fabric.n_nics
+        jitter_ns = np.round(self.rng.uniform(0, 2 * c.jitter_ms * 1e6, n_dev)).astype(np.int64)
+        jitter_ns *= t_ns > 0  # the first poll is the start of time: nothing is read before it
+        gap = self.rng.random(n_dev) < c.gap_probability
+        dup = self.rng.random(n_dev) < c.duplicate_probability
+        hold = self.rng.random(n_dev) < c.reorder_probability
+        back = np.minimum(jitter_ns / NS, self.last_seconds)
+        nic_values = self.nic_bank.read(self.last_nic, back[:n_nics])
+        sw_values = self.sw_bank.read(self.last_sw, np.repeat(back[n_nics:], self.sw_sizes))
+        spread = 1.0 + OCCUPANCY_SPREAD * (self.rng.random(len(self.queue)) - 0.5)
+        occupancy = self.queue * spread
+        read_sw = np.repeat(~gap[n_nics:], self.sw_sizes)
+        peak = np.maximum(self.peak, occupancy)
+        sw_values[:, self.sw_bank.occupancy] = np.round(occupancy).astype(np.uint64)
+        sw_values[:, self.sw_bank.watermark] = np.round(peak).astype(np.uint64)
+        self.peak = np.where(read_sw, occupancy, peak)  # read-and-clear, on the devices actually read
+        rows = nic_values.tolist() + sw_values.tolist()
+        n_specs = {"nic": len(NIC_TABLE.specs), "switch": len(SWITCH_TABLE.specs)}
+        read_ns = self.sc.start_ns + t_ns - jitter_ns
+        for d in np.argsort(read_ns, kind="stable").tolist():
+            if gap[d]:
+                continue
+            dev = self.devices[d]
+            table = NIC_TABLE if dev.kind == "nic" else SWITCH_TABLE
+            first = dev.rows.start + (0 if dev.kind == "nic" else n_nics)
+            snap = Snapshot(
+                device=dev.name,
+                device_kind=dev.kind,  # type: ignore[arg-type]
+                ts_ns=int(read_ns[d] + self.skew_ns[d]),
+                counters=table.specs,
+                ports=dev.ports,
+                values=rows[first : first + len(dev.ports)],
+                source=SOURCE,
+            )
+            at = int(read_ns[d])
+            self._phases_until(writer, at)
+            copies = [] if hold[d] and d not in self.held else [snap] * (2 if dup[d] else 1)
+            if not copies:
+                self.held[d] = snap
+            elif d in self.held:
+                copies.append(self.held.pop(d))
+            for s in copies:
+                writer.write_message(topics.COUNTERS, dev.name, at, s)
+            self.snapshots += len(copies)
+            self.values += len(copies) * len(dev.ports) * n_specs[dev.kind]
+        self._phases_until(writer, self.sc.start_ns + t_ns)
+
+    def _phases_until(self, writer: TraceWriter, t_ns: int) -> None:
+        """Deliver phases that began by ``t_ns``, interleaved with snapshots so record times never go back."""
+        while self.next_phase < len(self.phases) and self.phases[self.next_phase].begin_ns <= t_ns:
+            phase: Phase = self.phases[self.next_phase]
+            writer.write_message(topics.PHASES, phase.job, phase.begin_ns, phase)
+            self.next_phase += 1
+
+    def _flush(self, writer: TraceWriter) -> None:
+        """Snapshots still held back for reordering are delivered at the end of the run."""
+        at = self.sc.start_ns + self.end_ns
+        for d in sorted(self.held):
+            writer.write_message(topics.COUNTERS, self.devices[d].name, at, self.held[d])
+            self.snapshots += 1
+            self.values += len(self.devices[d].ports) * len(self.held[d].counters)
+        self.held.clear()
+        self._phases_until(writer, at)
+
+
+def _multiplier(table: Table, tx: np.ndarray, rx: np.ndarray) -> np.ndarray:
+    """Per-cell noise factor: tx columns follow the egress link's noise, rx columns the ingress link's."""
+    return 1.0 + (tx - 1.0)[:, None] * table.tx_noisy + (rx - 1.0)[:, None] * table.rx_noisy
