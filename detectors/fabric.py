@@ -19,6 +19,8 @@ class FabricMap:
         self._leaf_port_host: dict[tuple[str, str], str] = {}
         self._nic_at: dict[tuple[str, str], str] = {}
         self._speed_cache: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
+        self._edge_cache: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
+        self._known: set[str] = set()
         if topology is not None:
             self._index(topology)
 
@@ -29,6 +31,7 @@ class FabricMap:
             self._speed[a] = self._speed[b] = link.speed_gbps * 1e9
         for group in topo.ecmp_groups:
             self._groups.setdefault(group.device, []).append(group)
+        self._known = {d.id for d in topo.devices}
         for dev in topo.devices:
             if dev.host:
                 self._host_of[dev.id] = dev.host
@@ -48,6 +51,19 @@ class FabricMap:
             bits = [self._speed.get((device, p), self.default_bps) for p in ports]
             speeds = self._speed_cache[key] = np.array(bits, dtype=np.float64) / 8.0
         return speeds
+
+    def host_facing(self, device: str, ports: list[str]) -> np.ndarray:
+        """Which ports have a NIC behind them; all of them when the topology does not know this
+        device (no topology yet, or a device it does not list), so nothing is ruled out blind."""
+        key = (device, tuple(ports))
+        mask = self._edge_cache.get(key)
+        if mask is None:
+            if device in self._known:
+                mask = np.array([(device, p) in self._nic_at for p in ports], dtype=bool)
+            else:
+                mask = np.ones(len(ports), dtype=bool)
+            self._edge_cache[key] = mask
+        return mask
 
     def ecmp_groups(self, device: str) -> list[EcmpGroup]:
         return self._groups.get(device, [])

@@ -5,6 +5,10 @@ read) is above Kmin, the queue keeps ECN-marking, the port transmits near line r
 ``min_fan_in`` other ports bring in a real share of traffic. A burst the buffer absorbs shows the
 watermark for one poll; an incast persists, so it must hold for ``sustain_polls`` polls unless it
 already hurts (drops on that queue, or the switch pausing its own ingress ports).
+
+Only host-facing ports can be incast victims: many-to-one traffic converges on the last hop to the
+receiver, which carries all of it. Congestion on a fabric link is either ECMP imbalance (the ECMP
+detector's business) or oversubscription under balanced load, and neither is an incast.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ class IncastDetector:
         self.config = config
         self._streaks = StreakTable()
 
-    def update(self, frame: RateFrame, line_Bps: np.ndarray) -> list[Symptom]:
+    def update(self, frame: RateFrame, line_Bps: np.ndarray, host_facing: np.ndarray) -> list[Symptom]:
         watermark, queues = frame.indexed("queue_watermark_bytes")
         if queues.size == 0:
             return []
@@ -37,7 +41,7 @@ class IncastDetector:
         busy = tx >= cfg.min_egress_utilisation * line_Bps
         feeders = rx >= cfg.fan_in_port_fraction * line_Bps
         fan_in = feeders.sum() - feeders
-        congested = marking & (busy & (fan_in >= cfg.min_fan_in))[:, None]
+        congested = marking & (host_facing & busy & (fan_in >= cfg.min_fan_in))[:, None]
 
         streak = self._streaks.get(frame.device, congested.shape)
         streak.step(congested, frame.ts_ns, frame.dt_s)

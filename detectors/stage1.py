@@ -33,7 +33,7 @@ class Stage1:
         line = self.fabric.port_speeds_bps(frame.device, frame.ports)
         symptoms = self._pfc.update(frame, line)
         if frame.device_kind == "switch":
-            symptoms += self._incast.update(frame, line)
+            symptoms += self._incast.update(frame, line, self.fabric.host_facing(frame.device, frame.ports))
             symptoms += self._ecmp.update(frame, self.fabric.ecmp_groups(frame.device), line)
         else:
             symptoms += self._nic.update(frame)

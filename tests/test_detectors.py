@@ -192,3 +192,20 @@ def test_pause_tree_walks_to_the_nic_that_pauses_without_being_paused():
     assert roots == {("h1-nic", "1")}
     assert events[-1].devices == ["leaf0", "spine0"] and events[-1].evidence["paused_ports"] == 2
     assert "h1" in events[-1].hosts
+
+
+def test_congested_fabric_link_under_balanced_load_is_not_an_incast():
+    """An oversubscribed uplink (heavy balanced AllReduce) marks ECN like an incast victim would; only
+    the last hop toward a receiver NIC can be an incast victim."""
+    topo = Topology(
+        ts_ns=T0,
+        devices=[Device("h1", "host"), Device("h1-nic", "nic", host="h1"), Device("leaf0", "leaf")],
+        links=[Link("h1-nic", "1", "leaf0", "Ethernet0")],
+        nics=[NicAttachment("h1", "h1-nic", "1", "leaf0", "Ethernet0")],
+    )
+    sw, stage = Switch("leaf0", PORTS), Stage1()
+    stage.set_topology(topo)
+    uplink = run(stage, [sw.poll(1.0)] + [sw.poll(1.0, **incast("Ethernet40", PORTS[:4])) for _ in range(4)])
+    assert not any(uplink)
+    edge = run(stage, [sw.poll(1.0, **incast("Ethernet0", PORTS[1:5])) for _ in range(2)])
+    assert edge[1] and edge[1][0].port == "Ethernet0"
