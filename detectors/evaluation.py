@@ -1,9 +1,10 @@
 """Score incidents against a trace's ground-truth labels: precision, recall, localisation, delay.
 
 An incident matches a label of its kind when their time spans overlap (with a grace of two polls
-either side for counters that lag by up to a poll). Precision counts incidents, recall counts
-labels: two incidents for one fault lower precision, which is the "one incident per root cause"
-promise measured. Benign look-alike labels never match anything; incidents on them are false.
+either side for counters that lag by up to a poll). Each label credits one incident, the one with
+the right root if any, else the earliest; other incidents on the same fault are duplicates and count
+against precision, which measures the "one incident per root cause" promise. An incident that
+overlaps no label is a false alert; benign look-alike labels never match anything.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class KindScore:
     labels: int = 0
     incidents: int = 0
     true_incidents: int = 0
+    duplicates: int = 0
     detected: int = 0
     localised: int = 0
     delays_s: list[float] = field(default_factory=list)
@@ -84,7 +86,8 @@ def evaluate(anomalies: list[Anomaly], labels: list[Label], poll_s: float, durat
     faults = [lb for lb in labels if lb.kind != "benign"]
     grace = int(2 * poll_s * _NS)
     kinds: dict[str, KindScore] = {}
-    matched: set[int] = set()
+    credited: set[int] = set()
+    overlapping: set[int] = set()
     for lb in faults:
         score = kinds.setdefault(lb.kind, KindScore(lb.kind))
         score.labels += 1
@@ -93,18 +96,23 @@ def evaluate(anomalies: list[Anomaly], labels: list[Label], poll_s: float, durat
             for i, inc in enumerate(incidents)
             if inc.kind == lb.kind and inc.start_ns <= lb.end_ns + grace and inc.end_ns >= lb.start_ns - grace
         ]
-        matched.update(hits)
+        overlapping.update(hits)
         if not hits:
             continue
+        best = min(
+            hits, key=lambda i: (not _same_root(incidents[i].root, lb.root), incidents[i].first_alert_ns)
+        )
+        credited.add(best)
         score.detected += 1
-        score.localised += any(_same_root(incidents[i].root, lb.root) for i in hits)
+        score.localised += _same_root(incidents[best].root, lb.root)
         first = min(incidents[i].first_alert_ns for i in hits)
         score.delays_s.append(max(0.0, (first - lb.start_ns) / _NS))
     for i, inc in enumerate(incidents):
         score = kinds.setdefault(inc.kind, KindScore(inc.kind))
         score.incidents += 1
-        score.true_incidents += i in matched
-    false_alerts = len(incidents) - len(matched)
+        score.true_incidents += i in credited
+        score.duplicates += i in overlapping and i not in credited
+    false_alerts = len(incidents) - len(overlapping)
     return Evaluation(kinds, false_alerts, duration_s / 3600)
 
 

@@ -70,6 +70,7 @@ class Correlator:
         self._incidents: dict[str, _Incident] = {}
         self._phases: list[Phase] = []
         self._prune_at = 1024
+        self._storm_roots: dict[SymptomKey, RootCause] = {}
 
     def set_fabric(self, fabric: FabricMap) -> None:
         self.fabric = fabric
@@ -80,7 +81,7 @@ class Correlator:
     def on_symptom(self, symptom: Symptom) -> None:
         key = (symptom.kind, symptom.device, symptom.port, symptom.priority, symptom.group)
         if not symptom.active:
-            self._active.pop(key, None)
+            self._forget(key)
             return
         seen = self._active.get(key)
         interval = symptom.ts_ns - seen.symptom.ts_ns if seen else _NS
@@ -115,15 +116,20 @@ class Correlator:
         """Forget symptoms whose device stopped reporting (collector gone): they cannot clear."""
         stale = [k for k, s in self._active.items() if now_ns - s.symptom.ts_ns > 3 * max(s.interval_ns, _NS)]
         for k in stale:
-            del self._active[k]
+            self._forget(k)
+
+    def _forget(self, key: SymptomKey) -> None:
+        self._active.pop(key, None)
+        self._storm_roots.pop(key, None)
 
     def _group(self) -> dict[str, tuple[str, RootCause, list[Symptom]]]:
         groups: dict[str, tuple[str, RootCause, list[Symptom]]] = {}
         storming = {(k[1], k[2]) for k in self._active if k[0] == "pfc_storm"}
+        paused_devices = {d for d, _ in storming}
         for key, seen in self._active.items():
             sym = seen.symptom
             if key[0] == "pfc_storm":
-                kind, root = "pfc_storm", self._storm_root(sym, storming)
+                kind, root = "pfc_storm", self._storm_membership(key, sym, storming, paused_devices)
             elif key[0] == "incast":
                 kind, root = "incast", RootCause(sym.device, sym.port, sym.priority)
             elif key[0] == "ecmp_imbalance":
@@ -133,6 +139,17 @@ class Correlator:
             fp = fingerprint(kind, root)
             groups.setdefault(fp, (kind, root, []))[2].append(sym)
         return groups
+
+    def _storm_membership(
+        self, key: SymptomKey, sym: Symptom, storming: set[tuple[str, str]], paused_devices: set[str]
+    ) -> RootCause:
+        """The root a paused port belongs to. Membership is sticky: when the root recovers first,
+        the ports it paused unwind hop by hop and, cut off from it, would each look like a root of
+        its own. A port re-homes only when its incident's root turns out to be paused itself."""
+        root = self._storm_roots.get(key)
+        if root is None or root.device in paused_devices:
+            root = self._storm_roots[key] = self._storm_root(sym, storming)
+        return root
 
     def _storm_root(self, sym: Symptom, storming: set[tuple[str, str]]) -> RootCause:
         """Walk from a paused port to whoever pauses it, while that device is itself paused."""

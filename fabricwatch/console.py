@@ -23,7 +23,7 @@ def root_text(a: Anomaly) -> str:
 
 def print_event(a: Anomaly, out: TextIO) -> None:
     print(f"{clock(a.ts_ns)}  {a.status.upper():8} {a.severity:8} {a.kind:13} {root_text(a)}", file=out)
-    if a.status == "firing":
+    if a.status != "resolved":
         print(f"{'':14}{a.summary}", file=out)
 
 
@@ -39,7 +39,7 @@ def print_incidents(anomalies: list[Anomaly], out: TextIO) -> None:
 
 
 def print_evaluation(ev: Evaluation, out: TextIO) -> None:
-    rows = [("kind", "labels", "incidents", "precision", "recall", "localised", "max delay s")]
+    rows = [("kind", "labels", "incidents", "duplicates", "precision", "recall", "localised", "max delay s")]
     for kind in sorted(ev.kinds):
         s = ev.kinds[kind]
         rows.append(
@@ -47,6 +47,7 @@ def print_evaluation(ev: Evaluation, out: TextIO) -> None:
                 kind,
                 str(s.labels),
                 str(s.incidents),
+                str(s.duplicates),
                 _num(s.precision),
                 _num(s.recall),
                 _num(s.localisation),

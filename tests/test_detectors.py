@@ -209,3 +209,34 @@ def test_congested_fabric_link_under_balanced_load_is_not_an_incast():
     assert not any(uplink)
     edge = run(stage, [sw.poll(1.0, **incast("Ethernet0", PORTS[1:5])) for _ in range(2)])
     assert edge[1] and edge[1][0].port == "Ethernet0"
+
+
+def test_storm_unwinding_after_the_root_recovers_stays_one_incident():
+    """The port facing the stalled NIC restores first; the spine it paused restores later. Cut off
+    from the root, the spine port must not become an incident of its own."""
+    topo = Topology(
+        ts_ns=T0,
+        devices=[
+            Device("h1", "host"),
+            Device("h1-nic", "nic", host="h1"),
+            Device("leaf0", "leaf"),
+            Device("spine0", "spine"),
+        ],
+        links=[Link("h1-nic", "1", "leaf0", "Ethernet0"), Link("leaf0", "Ethernet32", "spine0", "Ethernet0")],
+        nics=[NicAttachment("h1", "h1-nic", "1", "leaf0", "Ethernet0")],
+    )
+    stage = Stage1()
+    stage.set_topology(topo)
+    corr = Correlator(fabric=FabricMap(topo))
+    leaf, spine = Switch("leaf0", ["Ethernet0", "Ethernet32"]), Switch("spine0", ["Ethernet0", "Ethernet8"])
+    events = []
+    for step in range(12):
+        leaf_storm = storm("Ethernet0") if step < 5 else {}
+        spine_storm = storm("Ethernet0") if 1 <= step < 8 else {}
+        for s in (leaf.poll(1.0, **leaf_storm), spine.poll(1.0, **spine_storm)):
+            for sym in stage.process(s)[1]:
+                corr.on_symptom(sym)
+        events += corr.tick(leaf.ts)
+    assert {e.fingerprint for e in events} == {events[0].fingerprint}
+    assert events[0].status == "firing" and events[-1].status == "resolved"
+    assert events[-1].root.device == "h1-nic"

@@ -74,7 +74,7 @@ def test_replay_reports_and_skips_malformed_records_and_still_finds_the_storm(tm
     assert "FIRING   critical pfc_storm     h1-nic:1 prio 3" in out
     assert "RESOLVED" in out
     score = next(line for line in out.splitlines() if line.startswith("pfc_storm"))
-    assert score.split()[1:6] == ["1", "1", "1.00", "1.00", "1.00"]
+    assert score.split()[1:7] == ["1", "1", "0", "1.00", "1.00", "1.00"]
 
 
 def test_replay_json_prints_anomaly_lifecycle_as_messages(tmp_path, capsys):

@@ -1,0 +1,43 @@
+"""Scoring: one credited incident per label; duplicates and unmatched incidents count against us."""
+
+from __future__ import annotations
+
+from detectors.evaluation import evaluate
+from schemas.messages import Anomaly, Label, RootCause
+
+S = 1_000_000_000
+ROOT = RootCause("leaf0", "Ethernet0", 3)
+
+
+def event(fp: str, status: str, ts: int, start: int, root: RootCause = ROOT, kind: str = "incast") -> Anomaly:
+    end = ts if status == "resolved" else None
+    return Anomaly(fp, kind, "warning", status, start, ts, root, "s", end_ns=end)
+
+
+def test_duplicate_incident_on_one_fault_lowers_precision_but_not_recall():
+    label = Label("incast", 10 * S, 30 * S, ROOT)
+    anomalies = [
+        event("a", "firing", 12 * S, 11 * S),
+        event("b", "firing", 13 * S, 11 * S, RootCause("leaf0", "Ethernet8", 3)),
+        event("a", "resolved", 31 * S, 11 * S),
+        event("b", "resolved", 31 * S, 11 * S, RootCause("leaf0", "Ethernet8", 3)),
+        event("c", "firing", 100 * S, 99 * S),
+    ]
+    ev = evaluate(anomalies, [label], poll_s=1.0, duration_s=3600)
+    s = ev.kinds["incast"]
+    assert (s.labels, s.incidents, s.duplicates, s.true_incidents) == (1, 3, 1, 1)
+    assert s.recall == 1.0 and s.localisation == 1.0 and abs(s.precision - 1 / 3) < 1e-9
+    assert s.delays_s == [2.0]
+    assert ev.false_alerts == 1 and ev.false_alerts_per_hour == 1.0
+
+
+def test_wrong_root_is_detected_but_not_localised_and_benign_labels_match_nothing():
+    labels = [Label("incast", 10 * S, 30 * S, ROOT), Label("benign", 50 * S, 60 * S, ROOT)]
+    anomalies = [
+        event("x", "firing", 12 * S, 11 * S, RootCause("leaf1", "Ethernet0", 3)),
+        event("y", "firing", 52 * S, 51 * S),
+    ]
+    ev = evaluate(anomalies, labels, poll_s=1.0, duration_s=60)
+    s = ev.kinds["incast"]
+    assert s.recall == 1.0 and s.localisation == 0.0
+    assert ev.false_alerts == 1
