@@ -231,7 +231,9 @@ class Correlator:
         cross_from: set[str] | None = None,
     ) -> None:
         """Jobs whose phases ran on these hosts when the incident started (preferring ``prefer`` ops);
-        with ``cross_from``, only phases that also reach hosts outside that set (traffic that leaves)."""
+        with ``cross_from``, only phases that also reach hosts outside that set (traffic that leaves).
+        The phase that began closest to the incident's start comes first: what changed is the
+        likeliest cause, not the job that was already running."""
         if not hosts:
             return
         slack = 2 * _NS
@@ -246,7 +248,7 @@ class Correlator:
             matches.append(ph)
         if prefer and any(p.op in prefer for p in matches):
             matches = [p for p in matches if p.op in prefer]
-        for ph in sorted(matches, key=lambda p: (-p.bytes, p.job)):
+        for ph in sorted(matches, key=lambda p: (abs(p.begin_ns - at_ns), -p.bytes, p.job)):
             if ph.job not in incident.jobs:
                 incident.jobs.append(ph.job)
             coll = f"{ph.op} comm {ph.comm}"
