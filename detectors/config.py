@@ -7,14 +7,19 @@ Defaults and where they come from:
   (default 200 ms); it is restored after ``restoration_time`` (200 ms) without new pause frames.
   "Transmits nothing" is taken as < 1% of line rate: a queue paused 99% of the time cannot leak
   more than that.
-* Incast — ECN marking starts around 150 KB of egress queue (NVIDIA Onyx defaults, DCQCN Kmin):
-  a queue above Kmin that keeps marking, while its port runs near line rate fed by several ingress
-  ports, is an incast. It must hold for ``sustain_polls`` consecutive polls (a burst the buffer
-  absorbs shows as one watermark spike), unless it already drops packets or spreads pauses.
+* Incast — ECN marking (WRED) runs from Kmin = 150 KB to Kmax = 1.5 MB of egress queue (NVIDIA's
+  RoCE recommended switch settings). DCQCN holds a busy link with a few senders just above Kmin,
+  marking a fraction of a percent of packets: that is a link doing its job. The equilibrium queue
+  climbs into the marking band as the number of senders grows, so many-to-one traffic shows as a
+  queue peaking past the middle of the band (``band_fraction``) while the port runs near line rate
+  fed by several ingress ports. It must hold for ``sustain_polls`` consecutive polls (a burst the
+  buffer absorbs shows as one watermark spike), unless it already drops packets or spreads pauses.
 * ECMP collapse — SONiC's ECMP test calls a group balanced while every member is within +/-25% of
-  the mean; we alert well outside that (max/mean >= 1.5 and normalised entropy <= 0.9) only when
-  the hottest member runs at >= 50% of its line rate (a quiet fabric is not imbalanced) and for
-  ``persist_polls`` polls.
+  the mean; we alert at twice that skew (the hottest member carries >= 1.5x the mean) only when
+  that member runs at >= 50% of its line rate (a quiet fabric is not imbalanced) and for
+  ``persist_polls`` polls. Normalised entropy and the coefficient of variation are reported as
+  evidence but do not gate: with eight members, one saturated uplink beside seven at a quarter
+  load still has entropy 0.92, so an entropy threshold would have to depend on the group size.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ class PfcStormConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 class IncastConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     ecn_kmin_bytes: float = 150_000.0
+    ecn_kmax_bytes: float = 1_500_000.0
+    band_fraction: float = 0.5
     min_egress_utilisation: float = 0.7
     min_fan_in: int = 2
     fan_in_port_fraction: float = 0.05
@@ -42,7 +49,6 @@ class IncastConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 class EcmpConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     window_polls: int = 1
     max_over_mean: float = 1.5
-    max_entropy: float = 0.9
     min_hot_utilisation: float = 0.5
     persist_polls: int = 3
 

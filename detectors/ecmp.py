@@ -1,7 +1,8 @@
 """ECMP entropy collapse, per device: member byte shares of each ECMP group over the last polls.
 
 Three views of the same shares, as DESIGN.md asks: normalised Shannon entropy H/ln(N) (1 is
-perfectly even), max/mean, and the coefficient of variation (reported as evidence). The group must
+perfectly even), max/mean, and the coefficient of variation; max/mean decides (see
+detectors/config.py for why entropy does not), the others are evidence. The group must
 carry load that matters, judged by its hottest member's utilisation, because the cost of collapse
 is a saturated uplink next to idle ones; and the skew must persist.
 """
@@ -60,11 +61,7 @@ class EcmpDetector:
             mean = 1.0 / n
             cv = np.sqrt((np.where(index.members, (shares - mean[:, None]) ** 2, 0.0)).sum(axis=1) / n) / mean
         hot = util.max(axis=1)
-        skewed = (
-            (hot >= cfg.min_hot_utilisation)
-            & (max_over_mean >= cfg.max_over_mean)
-            & (entropy <= cfg.max_entropy)
-        )
+        skewed = (hot >= cfg.min_hot_utilisation) & (max_over_mean >= cfg.max_over_mean)
 
         streak = self._streaks.get(frame.device, skewed.shape)
         streak.step(skewed, frame.ts_ns, frame.dt_s)

@@ -1,7 +1,8 @@
 """Incast, per switch: an egress queue congested past the ECN threshold by several senders at once.
 
 Evidence on one switch, all from one snapshot's rates: the queue's watermark (peak since the last
-read) is above Kmin, the queue keeps ECN-marking, the port transmits near line rate, and at least
+read) is deep in the ECN marking band (see detectors/config.py for why depth means fan-in), the
+queue keeps ECN-marking, the port transmits near line rate, and at least
 ``min_fan_in`` other ports bring in a real share of traffic. A burst the buffer absorbs shows the
 watermark for one poll; an incast persists, so it must hold for ``sustain_polls`` polls unless it
 already hurts (drops on that queue, or the switch pausing its own ingress ports).
@@ -37,7 +38,8 @@ class IncastDetector:
         tx = frame.port("tx_bytes")
         rx = frame.port("rx_bytes")
 
-        marking = (watermark >= cfg.ecn_kmin_bytes) & (ecn > 0)
+        deep = cfg.ecn_kmin_bytes + cfg.band_fraction * (cfg.ecn_kmax_bytes - cfg.ecn_kmin_bytes)
+        marking = (watermark >= deep) & (ecn > 0)
         busy = tx >= cfg.min_egress_utilisation * line_Bps
         feeders = rx >= cfg.fan_in_port_fraction * line_Bps
         fan_in = feeders.sum() - feeders
