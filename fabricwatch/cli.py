@@ -5,16 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from importlib import resources
 from pathlib import Path
 
 from detectors.config import ConfigError, load_config
-from detectors.evaluation import evaluate
 from fabricwatch import console
 from fabricwatch.pipeline import Pipeline
+from fabricwatch.replay import replay_trace
 from schemas.messages import Anomaly, encode
-from schemas.trace import TraceFormatError, TraceReader
+from schemas.trace import TraceFormatError
 
 
 def default_scenario() -> Path:
@@ -79,48 +78,33 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def replay(path: Path, args: argparse.Namespace) -> int:
     out = sys.stdout
-    pipeline = Pipeline(load_config(args.config))
-    anomalies: list[Anomaly] = []
 
     def malformed(line: int, reason: str) -> None:
         print(f"{path}:{line}: skipped malformed record: {reason}", file=sys.stderr)
 
-    def emit(events: list[Anomaly]) -> None:
-        anomalies.extend(events)
+    def show(events: list[Anomaly]) -> None:
         for a in events:
             if args.json:
                 out.write(encode(a).decode() + "\n")
             elif not args.quiet:
                 console.print_event(a, out)
 
-    started = time.perf_counter()
-    first_ns = last_ns = None
-    with TraceReader(path, on_error=malformed) as reader:
-        for rec in reader:
-            first_ns = rec.ts_ns if first_ns is None else first_ns
-            last_ns = rec.ts_ns
-            emit(pipeline.feed(rec.topic, rec.ts_ns, rec.value(), where=f"{path}:{reader.line}"))
-        emit(pipeline.finish())
-        meta = reader.header.meta
-        malformed_lines = reader.malformed
-    wall = time.perf_counter() - started
-
+    result = replay_trace(path, Pipeline(load_config(args.config)), show, malformed)
+    pipeline = result.pipeline
     for dl in pipeline.dead_letters:
         print(f"{dl.where}: dead letter ({dl.topic}): {dl.reason}", file=sys.stderr)
     if args.json:
         return 0
     print("\nIncidents", file=out)
-    console.print_incidents(anomalies, out)
+    console.print_incidents(result.anomalies, out)
     if pipeline.labels:
-        duration_s = (last_ns - first_ns) / 1e9 if first_ns is not None else 0.0
-        poll_s = float(meta.get("poll_interval_s", 1.0))
         print("\nScore against the trace's labels", file=out)
-        console.print_evaluation(evaluate(anomalies, pipeline.labels, poll_s, duration_s), out)
-    s = pipeline.stats
+        console.print_evaluation(result.evaluation(), out)
+    s, wall = pipeline.stats, result.wall_s
     print(
         f"\n{s.records} records, {s.snapshots} snapshots, {s.values} counter values in {wall:.2f} s "
         f"({s.values / wall if wall else 0:,.0f} values/s); {s.symptoms} symptoms; "
-        f"{malformed_lines} malformed lines and {s.dead_letters} undecodable messages skipped",
+        f"{result.malformed_lines} malformed lines and {s.dead_letters} undecodable messages skipped",
         file=out,
     )
     return 0
