@@ -159,10 +159,9 @@ def test_ecmp_collapse_under_load_persists_then_fires_and_balanced_load_does_not
     assert out[2][0].group == "leaf0/uplinks" and out[2][0].evidence["entropy"] < 0.3
 
 
-def test_pause_tree_walks_to_the_nic_that_pauses_without_being_paused():
-    """NIC h1 stalls: leaf0 Ethernet0 (facing it) is stormed, then spine0 Ethernet0 (facing leaf0's
-    uplink) is stormed because leaf0 pauses its uplink. One incident, rooted at the NIC."""
-    topo = Topology(
+def nic_leaf_spine() -> Topology:
+    """h1's NIC on leaf0 Ethernet0; leaf0's uplink Ethernet32 to spine0 Ethernet0."""
+    return Topology(
         ts_ns=T0,
         devices=[
             Device("h1", "host"),
@@ -173,6 +172,12 @@ def test_pause_tree_walks_to_the_nic_that_pauses_without_being_paused():
         links=[Link("h1-nic", "1", "leaf0", "Ethernet0"), Link("leaf0", "Ethernet32", "spine0", "Ethernet0")],
         nics=[NicAttachment("h1", "h1-nic", "1", "leaf0", "Ethernet0")],
     )
+
+
+def test_pause_tree_walks_to_the_nic_that_pauses_without_being_paused():
+    """NIC h1 stalls: leaf0 Ethernet0 (facing it) is stormed, then spine0 Ethernet0 (facing leaf0's
+    uplink) is stormed because leaf0 pauses its uplink. One incident, rooted at the NIC."""
+    topo = nic_leaf_spine()
     stage = Stage1(DetectorConfig())
     stage.set_topology(topo)
     corr = Correlator(fabric=FabricMap(topo))
@@ -214,17 +219,7 @@ def test_congested_fabric_link_under_balanced_load_is_not_an_incast():
 def test_storm_unwinding_after_the_root_recovers_stays_one_incident():
     """The port facing the stalled NIC restores first; the spine it paused restores later. Cut off
     from the root, the spine port must not become an incident of its own."""
-    topo = Topology(
-        ts_ns=T0,
-        devices=[
-            Device("h1", "host"),
-            Device("h1-nic", "nic", host="h1"),
-            Device("leaf0", "leaf"),
-            Device("spine0", "spine"),
-        ],
-        links=[Link("h1-nic", "1", "leaf0", "Ethernet0"), Link("leaf0", "Ethernet32", "spine0", "Ethernet0")],
-        nics=[NicAttachment("h1", "h1-nic", "1", "leaf0", "Ethernet0")],
-    )
+    topo = nic_leaf_spine()
     stage = Stage1()
     stage.set_topology(topo)
     corr = Correlator(fabric=FabricMap(topo))
