@@ -52,7 +52,7 @@ def test_demo_alerts_name_the_job_the_collective_and_the_root(tmp_path):
         firing["ecmp_collapse"].jobs[0] == "pp-d" and firing["ecmp_collapse"].root.group == "leaf02/uplinks"
     )
     storm = firing["pfc_storm"]
-    assert (storm.root.device, storm.root.port, storm.root.priority) == ("h002-mlx5_0", "1", 3)
+    assert (storm.root.device, storm.root.port, storm.root.priority) == ("h002/mlx5_0", "1", 3)
     assert all(a.hint for a in result.anomalies)
     resolved = {a.fingerprint for a in result.anomalies if a.status == "resolved"}
     assert resolved == {a.fingerprint for a in firing.values()}

@@ -163,8 +163,8 @@ def test_topology_matches_the_fabric(tmp_path: Path) -> None:
         == ["Ethernet96", "Ethernet104", "Ethernet112", "Ethernet120"]
     )
     attach = {a.nic: (a.leaf, a.leaf_port) for a in topo.nics}
-    assert attach["h013-mlx5_0"] == ("leaf01", "Ethernet8")
-    assert trace.devices["h013-mlx5_0"].ports == ["1"]
+    assert attach["h013/mlx5_0"] == ("leaf01", "Ethernet8")
+    assert trace.devices["h013/mlx5_0"].ports == ["1"]
 
 
 def test_phases_carry_job_op_hosts_and_times(tmp_path: Path) -> None:
@@ -203,7 +203,7 @@ def test_incast_fills_the_victim_queue_marks_ecn_and_drains_after(tmp_path: Path
         assert (receiver.delta("cnp_sent")[during] > 0).all()
     phase = next(p for p in trace.phases if p.job == "moe-b")
     senders = [h for h in phase.hosts if h != "h010"]
-    assert all((trace.devices[f"{h}-mlx5_0"].delta("cnp_received")[25:35] > 0).all() for h in senders)
+    assert all((trace.devices[f"{h}/mlx5_0"].delta("cnp_received")[25:35] > 0).all() for h in senders)
     # The strong incast (14 x 50% of line rate) passes XOFF: the leaf pauses ports that feed it.
     leaf02 = trace.devices["leaf02"]
     paused = [p for p in leaf02.ports if leaf02.delta("tx_pfc_frames", 3, p)[65:75].min() > 0]
@@ -223,7 +223,7 @@ def test_pfc_storm_pauses_the_root_port_all_the_time_and_spreads(tmp_path: Path)
     (label,) = trace.labels
     assert (label.kind, label.root.device, label.root.port, label.root.priority) == (
         "pfc_storm",
-        "h003-mlx5_0",
+        "h003/mlx5_0",
         "1",
         3,
     )
@@ -240,7 +240,7 @@ def test_pfc_storm_pauses_the_root_port_all_the_time_and_spreads(tmp_path: Path)
     assert (sent[during] < 0.001 * LINE_BYTES_PER_S * poll).all()
     assert sent[outside(leaf.t, lo, hi)].min() > 0.05 * LINE_BYTES_PER_S * poll
     assert (leaf.col("queue_occupancy_bytes", 3, port)[1:][during] > KMIN).all()
-    nic = trace.devices["h003-mlx5_0"]
+    nic = trace.devices["h003/mlx5_0"]
     assert nic.delta("tx_pfc_duration_us", 3)[inside(nic.t, lo, hi)] == pytest.approx(poll * 1e6, rel=0.06)
     # Hop by hop: the root's leaf pauses its uplinks first, then spines pause other leaves.
     first_pause = {
@@ -307,7 +307,7 @@ def test_absorbed_bursts_stay_below_pfc(tmp_path: Path) -> None:
 
 
 def test_counters_never_decrease_except_on_wrap_or_reset(tmp_path: Path) -> None:
-    resets = [{"device": "leaf01", "at": 30.05}, {"device": "h005-mlx5_0", "at": 12.3}]
+    resets = [{"device": "leaf01", "at": 30.05}, {"device": "h005/mlx5_0", "at": 12.3}]
     trace = read_trace(run(tmp_path, "demo", duration=60, collector={"resets": resets}))
     for name, dev in trace.devices.items():
         counter = np.array([k == "counter" for k in dev.kinds])

@@ -28,7 +28,7 @@ def host_name(i: int) -> str:
 
 
 def nic_name(host: int, k: int) -> str:
-    return f"{host_name(host)}-mlx5_{k}"
+    return f"{host_name(host)}/mlx5_{k}"
 
 
 def port_name(i: int) -> str:
@@ -88,7 +88,7 @@ class Fabric:
     def nic_index(self, name: str) -> int:
         """A NIC by id, or a host's first NIC by host name."""
         if "-" not in name:
-            name = f"{name}-mlx5_0"
+            name = f"{name}/mlx5_0"
         return self.nics.index(name)
 
     def host_nics(self, host: str, k: int | None = None) -> list[int]:

@@ -336,7 +336,7 @@ class _Names:
         return i is not None and i < self.n_hosts
 
     def nic(self, name: str) -> bool:
-        host, _, dev = name.partition("-mlx5_")
+        host, _, dev = name.partition("/mlx5_")
         return self.host(host) and dev.isdigit() and int(dev) < self.fabric.nics_per_host
 
     def leaf(self, name: str) -> bool:
