@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import time
 from importlib import resources
 from pathlib import Path
 
@@ -12,8 +13,9 @@ from detectors.config import ConfigError, load_config
 from fabricwatch import console
 from fabricwatch.pipeline import Pipeline
 from fabricwatch.replay import replay_trace
+from schemas import topics
 from schemas.messages import Anomaly, encode
-from schemas.trace import TraceFormatError
+from schemas.trace import TraceFormatError, TraceWriter
 
 
 def default_scenario() -> Path:
@@ -37,6 +39,15 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--scenario", type=Path, default=None)
     demo.add_argument("--seed", type=int, default=None)
     _detection_options(demo)
+
+    col = sub.add_parser("collect", help="poll this host's RDMA NICs into a trace file")
+    col.add_argument("--out", type=Path, required=True, help="trace file to write (.gz to compress)")
+    col.add_argument("--interval", type=float, default=1.0, help="seconds between polls (0.1 to 10)")
+    col.add_argument("--count", type=int, default=None, help="stop after this many polls (default: Ctrl-C)")
+    col.add_argument("--device", action="append", default=None, help="RDMA device (repeatable; default all)")
+    col.add_argument("--sysfs-root", type=Path, default=Path("/sys"))
+    col.add_argument("--host", default=None, help="host name in device ids (default: this host's)")
+    col.add_argument("--no-ethtool", action="store_true", help="sysfs counters only (no PFC counters)")
 
     args = parser.parse_args(argv)
     try:
@@ -110,7 +121,32 @@ def replay(path: Path, args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"simulate": cmd_simulate, "replay": cmd_replay, "demo": cmd_demo}
+def cmd_collect(args: argparse.Namespace) -> int:
+    from ingest.collect import discover, poll
+    from ingest.host_collector import run_ethtool
+
+    if not 0.1 <= args.interval <= 10:
+        raise ValueError(f"--interval {args.interval}: must be between 0.1 and 10 seconds")
+    targets = discover(args.sysfs_root, args.device)
+    ethtool = None if args.no_ethtool else run_ethtool
+    meta = {"poll_interval_s": args.interval, "devices": [t.ib_dev for t in targets]}
+    snapshots = 0
+    with TraceWriter(args.out, "collect", time.time_ns(), meta) as writer:
+        try:
+            for snap in poll(args.sysfs_root, targets, args.interval, args.count, args.host, ethtool, _warn):
+                writer.write_message(topics.COUNTERS, snap.device, snap.ts_ns, snap)
+                snapshots += 1
+        except KeyboardInterrupt:
+            pass
+    print(f"wrote {args.out}: {snapshots} snapshots of {', '.join(t.ib_dev for t in targets)}")
+    return 0
+
+
+def _warn(text: str) -> None:
+    print(f"fabricwatch collect: {text}", file=sys.stderr)
+
+
+_COMMANDS = {"simulate": cmd_simulate, "replay": cmd_replay, "demo": cmd_demo, "collect": cmd_collect}
 
 
 if __name__ == "__main__":
