@@ -33,6 +33,10 @@ _HINTS = {
         "Few long flows hash onto few uplinks: raise NCCL_IB_QPS_PER_CONNECTION, put the QPN in the "
         "ECMP hash (UDF / enhanced ECMP), or enable adaptive routing."
     ),
+    "outlier": (
+        "This port's counters left their learned baseline and no rule names why: compare the listed "
+        "features with its peers (cable/optics errors, retransmissions, a NIC running below its rate)."
+    ),
 }
 _MANY_TO_ONE = ("Reduce", "AllToAll", "Recv", "SendRecv", "ReduceScatter", "AllGather")
 
@@ -134,6 +138,8 @@ class Correlator:
                 kind, root = "incast", RootCause(sym.device, sym.port, sym.priority)
             elif key[0] == "ecmp_imbalance":
                 kind, root = "ecmp_collapse", RootCause(sym.device, group=sym.group)
+            elif key[0] == "outlier":
+                kind, root = "outlier", RootCause(sym.device, sym.port)
             else:
                 continue
             fp = fingerprint(kind, root)
@@ -173,8 +179,10 @@ class Correlator:
             self._describe_storm(incident, members)
         elif incident.kind == "incast":
             self._describe_incast(incident, latest)
-        else:
+        elif incident.kind == "ecmp_collapse":
             self._describe_ecmp(incident, latest)
+        else:
+            self._describe_outlier(incident, latest)
 
     def _describe_storm(self, incident: _Incident, members: list[Symptom]) -> None:
         root = incident.root
@@ -221,6 +229,15 @@ class Correlator:
             f"ECMP collapse on {root.group}: entropy {latest.evidence.get('entropy')}, "
             f"max/mean {latest.evidence.get('max_over_mean')} ({latest.evidence.get('shares')}){job}"
         )
+
+    def _describe_outlier(self, incident: _Incident, latest: Symptom) -> None:
+        root = incident.root
+        host = self.fabric.host_of(root.device)
+        if host != root.device:
+            incident.hosts.add(host)
+        self._attach_jobs(incident, incident.hosts, incident.start_ns)
+        features = latest.evidence.get("features", "")
+        incident.summary = f"Unusual counters on {root.device} {root.port}: {features}".rstrip(": ")
 
     def _attach_jobs(
         self,
