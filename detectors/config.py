@@ -11,9 +11,12 @@ Defaults and where they come from:
   RoCE recommended switch settings). DCQCN holds a busy link with a few senders just above Kmin,
   marking a fraction of a percent of packets: that is a link doing its job. The equilibrium queue
   climbs into the marking band as the number of senders grows, so many-to-one traffic shows as a
-  queue peaking past the middle of the band (``band_fraction``) while the port runs near line rate
-  fed by several ingress ports. It must hold for ``sustain_polls`` consecutive polls (a burst the
-  buffer absorbs shows as one watermark spike), unless it already drops packets or spreads pauses.
+  queue peaking past the middle of the band (``band_fraction``), still above Kmin when read (it did
+  not drain), fed by several ingress ports. It must hold for ``sustain_polls`` consecutive polls (a
+  burst the buffer absorbs shows as one watermark spike and has drained by the next read), unless
+  it already drops packets or spreads pauses. Counting the poll in which it began, two polls bound
+  the delay at two poll intervals. ``min_egress_utilisation`` stands in for the occupancy reading on
+  switches that do not report one.
 * ECMP collapse — SONiC's ECMP test calls a group balanced while every member is within +/-25% of
   the mean; we alert at twice that skew (the hottest member carries >= 1.5x the mean) only when
   that member runs at >= 50% of its line rate (a quiet fabric is not imbalanced) and for

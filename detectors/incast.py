@@ -2,7 +2,8 @@
 
 Evidence on one switch, all from one snapshot's rates: the queue's watermark (peak since the last
 read) is deep in the ECN marking band (see detectors/config.py for why depth means fan-in), the
-queue keeps ECN-marking, the port transmits near line rate, and at least
+queue keeps ECN-marking, it is still above Kmin when read (it did not drain: the congestion stands;
+without an occupancy counter, the port running near line rate stands in), and at least
 ``min_fan_in`` other ports bring in a real share of traffic. A burst the buffer absorbs shows the
 watermark for one poll; an incast persists, so it must hold for ``sustain_polls`` polls unless it
 already hurts (drops on that queue, or the switch pausing its own ingress ports).
@@ -13,6 +14,8 @@ detector's business) or oversubscription under balanced load, and neither is an 
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -33,21 +36,27 @@ class IncastDetector:
         if queues.size == 0:
             return []
         cfg = self.config
-        ecn, _ = frame.indexed("queue_ecn_marked_packets")
-        drops, _ = frame.indexed("queue_drops")
+        ecn = frame.aligned("queue_ecn_marked_packets", queues)
+        drops = frame.aligned("queue_drops", queues)
+        occupancy = frame.aligned("queue_occupancy_bytes", queues)
         tx = frame.port("tx_bytes")
         rx = frame.port("rx_bytes")
 
         deep = cfg.ecn_kmin_bytes + cfg.band_fraction * (cfg.ecn_kmax_bytes - cfg.ecn_kmin_bytes)
-        marking = (watermark >= deep) & (ecn > 0)
-        busy = tx >= cfg.min_egress_utilisation * line_Bps
+        marking = (watermark >= deep) if ecn is None else (watermark >= deep) & (ecn > 0)
+        if occupancy is not None:
+            standing = occupancy >= cfg.ecn_kmin_bytes
+        else:
+            standing = (tx >= cfg.min_egress_utilisation * line_Bps)[:, None]
         feeders = rx >= cfg.fan_in_port_fraction * line_Bps
         fan_in = feeders.sum() - feeders
-        congested = marking & (host_facing & busy & (fan_in >= cfg.min_fan_in))[:, None]
+        congested = marking & standing & (host_facing & (fan_in >= cfg.min_fan_in))[:, None]
 
         streak = self._streaks.get(frame.device, congested.shape)
         streak.step(congested, frame.ts_ns, frame.dt_s)
-        hurting = (drops > 0) | self._pausing_ingress(frame)
+        hurting = (
+            self._pausing_ingress(frame) if drops is None else (drops > 0) | self._pausing_ingress(frame)
+        )
         streak.start((streak.polls >= cfg.sustain_polls) | (congested & hurting))
         cleared = streak.stop(~congested)
 
@@ -63,10 +72,10 @@ class IncastDetector:
                 active=active,
                 evidence=evidence(
                     queue_watermark_bytes=watermark[p, q],
-                    ecn_marked_pps=ecn[p, q],
+                    ecn_marked_pps=ecn[p, q] if ecn is not None else math.nan,
                     egress_utilisation=tx[p] / line_Bps[p],
                     fan_in_ports=int(fan_in[p]),
-                    drops_pps=drops[p, q] if drops.size else 0.0,
+                    drops_pps=drops[p, q] if drops is not None else math.nan,
                 ),
             )
 

@@ -67,11 +67,11 @@ class PfcWatchdog:
     ) -> np.ndarray:
         cfg = self.config
         idle_Bps = cfg.idle_tx_fraction * line_Bps[:, None]
-        occupancy = _by_index(frame, "queue_occupancy_bytes", prios)
+        occupancy = frame.aligned("queue_occupancy_bytes", prios)
         if occupancy is None:
             tx = frame.port("tx_bytes")[:, None]
             return (paused_frac >= cfg.paused_fraction) & (tx < idle_Bps)
-        queue_tx = _by_index(frame, "queue_tx_bytes", prios)
+        queue_tx = frame.aligned("queue_tx_bytes", prios)
         if queue_tx is None:
             queue_tx = np.repeat(frame.port("tx_bytes")[:, None], prios.size, axis=1)
         paused = (rx_frames > 0) | (paused_frac >= cfg.paused_fraction)
@@ -106,22 +106,6 @@ class PfcWatchdog:
         )
 
 
-def _by_index(frame: RateFrame, name: str, wanted: np.ndarray) -> np.ndarray | None:
-    """A per-priority/per-queue counter aligned to the ``wanted`` index numbers, or None if absent."""
-    values, numbers = frame.indexed(name)
-    if numbers.size == 0:
-        return None
-    if np.array_equal(numbers, wanted):
-        return values
-    out = np.full((values.shape[0], wanted.size), np.nan)
-    pos = {int(n): i for i, n in enumerate(numbers)}
-    for j, w in enumerate(wanted):
-        i = pos.get(int(w))
-        if i is not None:
-            out[:, j] = values[:, i]
-    return out
-
-
 def _by_priority(frame: RateFrame, name: str, wanted: np.ndarray) -> np.ndarray:
-    found = _by_index(frame, name, wanted)
+    found = frame.aligned(name, wanted)
     return np.full((len(frame.ports), wanted.size), np.nan) if found is None else found

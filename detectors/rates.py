@@ -91,6 +91,22 @@ class RateFrame:
         cols, numbers = self.layout.indexed(name)
         return self.values[:, cols], numbers
 
+    def aligned(self, name: str, wanted: np.ndarray) -> np.ndarray | None:
+        """A per-priority/per-queue counter as ports x ``wanted`` index numbers (NaN where this
+        device lacks one), or None when it lacks the counter altogether."""
+        values, numbers = self.indexed(name)
+        if numbers.size == 0:
+            return None
+        if np.array_equal(numbers, wanted):
+            return values
+        out = np.full((values.shape[0], wanted.size), np.nan)
+        pos = {int(n): i for i, n in enumerate(numbers)}
+        for j, w in enumerate(wanted):
+            i = pos.get(int(w))
+            if i is not None:
+                out[:, j] = values[:, i]
+        return out
+
 
 @dataclass
 class RateStats:
