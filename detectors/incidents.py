@@ -134,6 +134,8 @@ class Correlator:
             sym = seen.symptom
             if key[0] == "pfc_storm":
                 kind, root = "pfc_storm", self._storm_membership(key, sym, storming, paused_devices)
+            elif key[0] == "pfc_pausing":
+                kind, root = "pfc_storm", RootCause(sym.device, sym.port, sym.priority)
             elif key[0] == "incast":
                 kind, root = "incast", RootCause(sym.device, sym.port, sym.priority)
             elif key[0] == "ecmp_imbalance":

@@ -109,3 +109,62 @@ class PfcWatchdog:
 def _by_priority(frame: RateFrame, name: str, wanted: np.ndarray) -> np.ndarray:
     found = frame.aligned(name, wanted)
     return np.full((len(frame.ports), wanted.size), np.nan) if found is None else found
+
+
+class NicPauseStorm:
+    """The root's side of a storm: a NIC that keeps pausing its switch port.
+
+    The NIC's own firmware watches for this at a resolution no poller has: mlx5 counts a
+    ``tx_pause_storm_warning_event`` when it has sent pauses without a break for 85% of its stall
+    timeout (100 ms by default). That, plus at least ``detection_time`` spent pausing within the
+    interval, shows a continuous pause in the very poll in which it began, where the switch-side
+    watchdog must wait for a whole paused interval. Without the firmware counter, pausing for
+    ``paused_fraction`` of the interval is the test. Restored like the watchdog: after
+    ``restoration_time`` without pausing.
+    """
+
+    def __init__(self, config: PfcStormConfig) -> None:
+        self.config = config
+        self._storm = StreakTable()
+        self._quiet = StreakTable()
+
+    def update(self, frame: RateFrame) -> list[Symptom]:
+        pause_us, prios = frame.indexed("tx_pfc_duration_us")
+        if frame.device_kind != "nic" or prios.size == 0:
+            return []
+        cfg = self.config
+        frac = pause_us / _US_PER_S
+        warned = frame.port("pause_storm_warning_events")
+        continuous = (
+            (frac >= cfg.paused_fraction)
+            if warned is None
+            else ((frac >= cfg.paused_fraction) | (warned > 0)[:, None])
+        )
+        pausing = continuous & (frac * frame.dt_s >= cfg.detection_time_s)
+        storm = self._storm.get(frame.device, pausing.shape)
+        calm = self._quiet.get(frame.device, pausing.shape)
+        storm.step(pausing, frame.ts_ns, frame.dt_s)
+        began = pausing & (storm.polls == 1)
+        paused_ns = (np.minimum(np.nan_to_num(frac), 1.0) * frame.dt_s * 1e9).astype(np.int64)
+        storm.since_ns[began] = frame.ts_ns - paused_ns[began]  # it began when pausing began
+        calm.step(~(frac > 0), frame.ts_ns, frame.dt_s)
+        storm.start(pausing)
+        cleared = storm.stop(calm.seconds >= cfg.restoration_time_s)
+
+        def symptom(flat: int, active: bool) -> Symptom:
+            p, k = np.unravel_index(flat, pausing.shape)
+            return Symptom(
+                kind="pfc_pausing",
+                device=frame.device,
+                port=frame.ports[p],
+                priority=int(prios[k]),
+                ts_ns=frame.ts_ns,
+                start_ns=int(storm.since_ns.flat[flat]),
+                active=active,
+                evidence=evidence(
+                    pausing_fraction=frac[p, k],
+                    storm_warnings=warned[p] if warned is not None else math.nan,
+                ),
+            )
+
+        return [symptom(i, True) for i in np.flatnonzero(storm.active)] + [symptom(i, False) for i in cleared]

@@ -8,7 +8,7 @@ from detectors.ecmp import EcmpDetector
 from detectors.fabric import FabricMap
 from detectors.incast import IncastDetector
 from detectors.nic_congestion import NicCongestion
-from detectors.pfc_storm import PfcWatchdog
+from detectors.pfc_storm import NicPauseStorm, PfcWatchdog
 from detectors.rates import RateEngine, RateFrame
 from schemas.messages import Snapshot, Symptom, Topology
 
@@ -19,6 +19,7 @@ class Stage1:
         self.rates = RateEngine()
         self.fabric = FabricMap(None, self.config.default_link_gbps)
         self._pfc = PfcWatchdog(self.config.pfc_storm)
+        self._nic_pause = NicPauseStorm(self.config.pfc_storm)
         self._incast = IncastDetector(self.config.incast)
         self._ecmp = EcmpDetector(self.config.ecmp)
         self._nic = NicCongestion()
@@ -36,5 +37,6 @@ class Stage1:
             symptoms += self._incast.update(frame, line, self.fabric.host_facing(frame.device, frame.ports))
             symptoms += self._ecmp.update(frame, self.fabric.ecmp_groups(frame.device), line)
         else:
+            symptoms += self._nic_pause.update(frame)
             symptoms += self._nic.update(frame)
         return frame, symptoms

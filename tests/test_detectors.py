@@ -11,7 +11,16 @@ from detectors.config import DetectorConfig
 from detectors.fabric import FabricMap
 from detectors.incidents import Correlator
 from detectors.stage1 import Stage1
-from schemas.messages import CounterSpec, Device, EcmpGroup, Link, NicAttachment, Snapshot, Topology
+from schemas.messages import (
+    CounterSpec,
+    Device,
+    EcmpGroup,
+    Link,
+    NicAttachment,
+    Snapshot,
+    Symptom,
+    Topology,
+)
 
 T0 = 1_800_000_000_000_000_000
 LINE_Bps = 400e9 / 8
@@ -235,3 +244,50 @@ def test_storm_unwinding_after_the_root_recovers_stays_one_incident():
     assert {e.fingerprint for e in events} == {events[0].fingerprint}
     assert events[0].status == "firing" and events[-1].status == "resolved"
     assert events[-1].root.device == "h1-nic"
+
+
+NIC_COLS = [
+    CounterSpec("tx_bytes"),
+    CounterSpec("rx_bytes"),
+    CounterSpec("tx_pfc_duration_us", index=3),
+    CounterSpec("pause_storm_warning_events"),
+]
+
+
+def nic_poll(ts_ns: int, values: list[int]) -> Snapshot:
+    return Snapshot(
+        device="h1/mlx5_0", device_kind="nic", ts_ns=ts_ns, counters=NIC_COLS, ports=["1"], values=[values]
+    )
+
+
+def test_nic_firmware_storm_warning_catches_a_storm_in_the_poll_it_began():
+    """At 1 s polls a storm that began 0.3 s into an interval is paused for only 70% of it: the
+    switch watchdog must wait a poll, but the NIC firmware already counted a pause-storm warning."""
+    stage = Stage1()
+    base = [10**12, 10**12, 10**9, 0]
+    out = [stage.process(nic_poll(T0, base))[1]]
+    out.append(stage.process(nic_poll(T0 + 10**9, [10**12 + 10**9, 10**12 + 10**9, 10**9 + 700_000, 1]))[1])
+    (sym,) = out[1]
+    assert (sym.kind, sym.device, sym.priority, sym.active) == ("pfc_pausing", "h1/mlx5_0", 3, True)
+    assert sym.start_ns == T0 + 300_000_000  # pausing began 0.7 s before the read
+
+
+def test_nic_pausing_briefly_without_firmware_warning_is_not_a_storm():
+    """Flow control at a busy NIC: 40% of the time paused in short bursts, no storm warning."""
+    stage = Stage1()
+    values = [10**12, 10**12, 10**9, 0]
+    for t in range(1, 6):
+        values = [values[0] + 10**9, values[1] + 10**9, values[2] + 400_000, 0]
+        assert stage.process(nic_poll(T0 + t * 10**9, values))[1] == []
+
+
+def test_nic_pausing_and_the_paused_leaf_port_are_one_incident_rooted_at_the_nic():
+    corr = Correlator(fabric=FabricMap(nic_leaf_spine()))
+    corr.on_symptom(Symptom("pfc_pausing", "h1-nic", T0 + 10**9, T0 + 3 * 10**8, port="1", priority=3))
+    (first,) = corr.tick(T0 + 10**9)
+    corr.on_symptom(Symptom("pfc_storm", "leaf0", T0 + 2 * 10**9, T0 + 10**9, port="Ethernet0", priority=3))
+    (update,) = corr.tick(T0 + 2 * 10**9)
+    assert (first.status, update.status) == ("firing", "updated")
+    assert first.fingerprint == update.fingerprint
+    assert (update.root.device, update.root.port, update.start_ns) == ("h1-nic", "1", T0 + 3 * 10**8)
+    assert update.devices == ["h1-nic", "leaf0"]
