@@ -54,9 +54,8 @@ class IncastDetector:
 
         streak = self._streaks.get(frame.device, congested.shape)
         streak.step(congested, frame.ts_ns, frame.dt_s)
-        hurting = (
-            self._pausing_ingress(frame) if drops is None else (drops > 0) | self._pausing_ingress(frame)
-        )
+        pausing = self._pausing_ingress(frame)
+        hurting = pausing if drops is None else (drops > 0) | pausing
         streak.start((streak.polls >= cfg.sustain_polls) | (congested & hurting))
         cleared = streak.stop(~congested)
 
@@ -76,6 +75,7 @@ class IncastDetector:
                     egress_utilisation=tx[p] / line_Bps[p],
                     fan_in_ports=int(fan_in[p]),
                     drops_pps=drops[p, q] if drops is not None else math.nan,
+                    pausing_ingress=int(pausing),
                 ),
             )
 

@@ -38,6 +38,7 @@ _HINTS = {
         "features with its peers (cable/optics errors, retransmissions, a NIC running below its rate)."
     ),
 }
+_TREE_EDGES_SHOWN = 12
 _MANY_TO_ONE = ("Reduce", "AllToAll", "Recv", "SendRecv", "ReduceScatter", "AllGather")
 
 SymptomKey = tuple[str, str, str, int | None, str]
@@ -160,17 +161,24 @@ class Correlator:
         return root
 
     def _storm_root(self, sym: Symptom, storming: set[tuple[str, str]]) -> RootCause:
-        """Walk from a paused port to whoever pauses it, while that device is itself paused."""
-        device, port = sym.device, sym.port
-        visited = {(device, port)}
+        (device, port), _ = self._walk_to_root(sym.device, sym.port, storming)
+        return RootCause(device, port, sym.priority)
+
+    def _walk_to_root(
+        self, device: str, port: str, storming: set[tuple[str, str]]
+    ) -> tuple[tuple[str, str], int]:
+        """Walk from a paused port to whoever pauses it, while that device is itself paused; return
+        the root (the first pauser that is not paused; the port itself if its peer is unknown) and
+        the number of hops."""
+        hops, visited = 1, {(device, port)}
         while True:
             peer = self.fabric.peer(device, port)
             if peer is None:
-                return RootCause(device, port, sym.priority)
+                return (device, port), hops
             upstream = sorted(p for d, p in storming if d == peer[0] and (d, p) not in visited)
             if not upstream:
-                return RootCause(peer[0], peer[1], sym.priority)
-            device, port = peer[0], upstream[0]
+                return peer, hops
+            device, port, hops = peer[0], upstream[0], hops + 1
             visited.add((device, port))
 
     def _describe(self, incident: _Incident, members: list[Symptom]) -> None:
@@ -191,14 +199,31 @@ class Correlator:
         host = self.fabric.host_of(root.device)
         incident.hosts.add(host)
         incident.severity = "critical"
-        incident.evidence["paused_ports"] = len({(s.device, s.port) for s in members})
-        incident.evidence["paused_devices"] = len(incident.devices)
+        paused = [s for s in members if s.kind == "pfc_storm"]
+        incident.evidence["paused_ports"] = len({(s.device, s.port) for s in paused})
+        incident.evidence["paused_devices"] = len({s.device for s in paused})
+        incident.evidence.update(self._pause_tree(paused))
         self._attach_jobs(incident, {host}, incident.start_ns)
         incident.summary = (
             f"PFC storm on priority {root.priority} rooted at {root.device} port {root.port} "
             f"(host {host}): {incident.evidence['paused_ports']} ports paused on "
             f"{incident.evidence['paused_devices']} devices"
         )
+
+    def _pause_tree(self, paused: list[Symptom]) -> dict[str, int | str]:
+        """The propagation tree, hop by hop from the root: each paused port and the port pausing it."""
+        storming = {(s.device, s.port) for s in paused}
+        edges = []
+        for s in paused:
+            _, hops = self._walk_to_root(s.device, s.port, storming)
+            peer = self.fabric.peer(s.device, s.port)
+            by = f"{peer[0]}:{peer[1]}" if peer else "?"
+            edges.append((hops, f"{s.device}:{s.port}<-{by}"))
+        edges.sort()
+        shown = [f"hop {h}: {e}" for h, e in edges[:_TREE_EDGES_SHOWN]]
+        if len(edges) > _TREE_EDGES_SHOWN:
+            shown.append(f"+{len(edges) - _TREE_EDGES_SHOWN} more")
+        return {"hops": max((h for h, _ in edges), default=0), "tree": "; ".join(shown)}
 
     def _describe_incast(self, incident: _Incident, latest: Symptom) -> None:
         root = incident.root
@@ -208,9 +233,17 @@ class Correlator:
             nic = self.fabric.nic_behind(root.device, root.port)
             if nic and any(k[0] == "ecn_received" and k[1] == nic for k in self._active):
                 incident.evidence["receiver_nic_ecn_cnp"] = "rising"
-        hurting = float(latest.evidence.get("drops_pps", 0)) > 0
+        hurting = (
+            float(latest.evidence.get("drops_pps", 0)) > 0 or latest.evidence.get("pausing_ingress") == 1
+        )
         incident.severity = "critical" if hurting else "warning"
         self._attach_jobs(incident, {receiver} if receiver else set(), incident.start_ns, _MANY_TO_ONE)
+        senders = sorted(incident.hosts - {receiver})
+        if senders:
+            incident.evidence["senders"] = len(senders)
+            incident.evidence["sender_hosts"] = _capped(senders)
+            throttled = {self.fabric.host_of(k[1]) for k in self._active if k[0] == "cnp_received"}
+            incident.evidence["senders_receiving_cnp"] = len(throttled & set(senders))
         job = f"; job {', '.join(incident.jobs)} {', '.join(incident.collectives)}" if incident.jobs else ""
         incident.summary = (
             f"Incast into {root.device} {root.port} queue {root.priority}"
@@ -319,6 +352,11 @@ class Correlator:
 def fingerprint(kind: str, root: RootCause) -> str:
     ident = f"{kind}|{root.device}|{root.port}|{root.priority}|{root.group}"
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
+
+
+def _capped(names: list[str], shown: int = 8) -> str:
+    more = f" +{len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def _start(members: list[Symptom]) -> int:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import tempfile
 import time
 from importlib import resources
 from pathlib import Path
+from typing import TextIO
 
 from detectors.config import ConfigError, load_config
 from fabricwatch import console
@@ -49,6 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     col.add_argument("--host", default=None, help="host name in device ids (default: this host's)")
     col.add_argument("--no-ethtool", action="store_true", help="sysfs counters only (no PFC counters)")
 
+    ev = sub.add_parser("evaluate", help="score the detectors on labelled scenarios")
+    ev.add_argument("scenarios", type=Path, nargs="+", metavar="SCENARIO_OR_DIR", help="a dir: its *.yaml")
+    ev.add_argument("--config", type=Path, default=None, help="YAML with a detectors: section")
+    ev.add_argument("--seed", type=int, default=None, help="override every scenario's seed")
+    ev.add_argument("--json", action="store_true", help="print the report as one JSON document")
+    ev.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: CPUs)")
+
     args = parser.parse_args(argv)
     try:
         return _COMMANDS[args.command](args)
@@ -64,15 +74,20 @@ def _detection_options(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    _simulate(args, sys.stdout)
+    return 0
+
+
+def _simulate(args: argparse.Namespace, out: TextIO) -> None:
     from ingest.simulator import load_scenario, simulate
 
     scenario = load_scenario(args.scenario or default_scenario())
     stats = simulate(scenario, args.out, seed=args.seed)
     print(
         f"wrote {args.out}: {stats.records} records, {stats.snapshots} snapshots, {stats.values} counter "
-        f"values, {stats.simulated_seconds:.0f} simulated s in {stats.wall_seconds:.1f} s"
+        f"values, {stats.simulated_seconds:.0f} simulated s in {stats.wall_seconds:.1f} s",
+        file=out,
     )
-    return 0
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -83,7 +98,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="fabricwatch-demo-") as tmp:
         trace = Path(tmp) / "demo.trace.gz"
         args.out = trace
-        cmd_simulate(args)
+        _simulate(args, sys.stderr if args.json else sys.stdout)
         return replay(trace, args)
 
 
@@ -146,7 +161,40 @@ def _warn(text: str) -> None:
     print(f"fabricwatch collect: {text}", file=sys.stderr)
 
 
-_COMMANDS = {"simulate": cmd_simulate, "replay": cmd_replay, "demo": cmd_demo, "collect": cmd_collect}
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Exit 1 when a threshold fails, so CI can gate on the suite; usage and config errors exit 2."""
+    from fabricwatch.evaluate import ScenarioResult, run_suite, scenario_paths
+
+    paths = scenario_paths(args.scenarios)
+    config = load_config(args.config)
+    done = 0
+
+    def progress(r: ScenarioResult) -> None:
+        nonlocal done
+        done += 1
+        found = sum(lb.detected for lb in r.labels)
+        print(
+            f"[{done}/{len(paths)}] {r.name}: {found}/{len(r.labels)} faults found, "
+            f"{len(r.false_alerts)} false alerts ({r.wall_s:.1f} s replay)",
+            file=sys.stderr,
+        )
+
+    report = run_suite(paths, config, args.seed, workers=args.jobs, on_result=progress)
+    if args.json:
+        json.dump(report.to_json(), sys.stdout, indent=2)
+        print()
+    else:
+        console.print_suite(report, sys.stdout)
+    return 0 if report.passed else 1
+
+
+_COMMANDS = {
+    "simulate": cmd_simulate,
+    "replay": cmd_replay,
+    "demo": cmd_demo,
+    "collect": cmd_collect,
+    "evaluate": cmd_evaluate,
+}
 
 
 if __name__ == "__main__":

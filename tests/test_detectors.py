@@ -205,6 +205,11 @@ def test_pause_tree_walks_to_the_nic_that_pauses_without_being_paused():
     roots = {(e.root.device, e.root.port) for e in events}
     assert roots == {("h1-nic", "1")}
     assert events[-1].devices == ["leaf0", "spine0"] and events[-1].evidence["paused_ports"] == 2
+    assert events[-1].evidence["hops"] == 2
+    assert (
+        events[-1].evidence["tree"]
+        == "hop 1: leaf0:Ethernet0<-h1-nic:1; hop 2: spine0:Ethernet0<-leaf0:Ethernet32"
+    )
     assert "h1" in events[-1].hosts
 
 
