@@ -79,9 +79,7 @@ class IncastDetector:
                 ),
             )
 
-        return [symptom(i, True) for i in np.flatnonzero(streak.active)] + [
-            symptom(i, False) for i in cleared
-        ]
+        return [symptom(i, True) for i in streak.active_indices()] + [symptom(i, False) for i in cleared]
 
     @staticmethod
     def _pausing_ingress(frame: RateFrame) -> np.ndarray:

@@ -18,6 +18,9 @@ class Streak:
     seconds: np.ndarray
     since_ns: np.ndarray
     active: np.ndarray
+    running: bool = False
+    """Whether any element holds a streak; when none does and nothing holds now, a step is free.
+    Most ports are healthy most of the time, so this is the common case on the hot path."""
 
     @classmethod
     def empty(cls, shape: tuple[int, ...]) -> Streak:
@@ -31,22 +34,40 @@ class Streak:
     def step(self, cond: np.ndarray, ts_ns: int, dt_s: float) -> None:
         """Extend the streak where ``cond`` holds, break it elsewhere; a new streak starts at the
         beginning of the interval in which the condition was first seen."""
+        holds = bool(cond.any())
+        if not holds and not self.running:
+            return
         fresh = cond & (self.polls == 0)
         self.since_ns[fresh] = ts_ns - int(dt_s * 1e9)
         self.polls = np.where(cond, self.polls + 1, 0)
         self.seconds = np.where(cond, self.seconds + dt_s, 0.0)
+        self.running = holds
+
+    @property
+    def any_active(self) -> bool:
+        return bool(self.active.any())
 
     def start(self, ready: np.ndarray) -> np.ndarray:
         """Mark newly ready elements active; return their flat indices."""
+        if not self.running:
+            return _NONE
         new = ready & ~self.active
         self.active |= new
         return np.flatnonzero(new)
 
     def stop(self, done: np.ndarray) -> np.ndarray:
         """Mark finished active elements inactive; return their flat indices."""
+        if not self.any_active:
+            return _NONE
         ended = done & self.active
         self.active &= ~ended
         return np.flatnonzero(ended)
+
+    def active_indices(self) -> np.ndarray:
+        return np.flatnonzero(self.active) if self.any_active else _NONE
+
+
+_NONE = np.zeros(0, dtype=np.intp)
 
 
 class StreakTable:

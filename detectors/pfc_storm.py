@@ -43,13 +43,14 @@ class PfcWatchdog:
         storm = self._storm.get(frame.device, storming.shape)
         calm = self._quiet.get(frame.device, storming.shape)
         storm.step(storming, frame.ts_ns, frame.dt_s)
-        calm.step(quiet, frame.ts_ns, frame.dt_s)
+        if storm.running or storm.any_active:  # quiet time matters only to a storm
+            calm.step(quiet, frame.ts_ns, frame.dt_s)
         storm.start(storm.seconds >= self.config.detection_time_s)
         cleared = storm.stop(calm.seconds >= self.config.restoration_time_s)
 
         out = [
             self._symptom(frame, storm.since_ns.flat[i], i, prios, paused_frac, line_Bps, True)
-            for i in np.flatnonzero(storm.active)
+            for i in storm.active_indices()
         ]
         out += [
             self._symptom(frame, storm.since_ns.flat[i], i, prios, paused_frac, line_Bps, False)
@@ -144,6 +145,8 @@ class NicPauseStorm:
         storm = self._storm.get(frame.device, pausing.shape)
         calm = self._quiet.get(frame.device, pausing.shape)
         storm.step(pausing, frame.ts_ns, frame.dt_s)
+        if not storm.running and not storm.any_active:
+            return []
         began = pausing & (storm.polls == 1)
         paused_ns = (np.minimum(np.nan_to_num(frac), 1.0) * frame.dt_s * 1e9).astype(np.int64)
         storm.since_ns[began] = frame.ts_ns - paused_ns[began]  # it began when pausing began
@@ -167,4 +170,4 @@ class NicPauseStorm:
                 ),
             )
 
-        return [symptom(i, True) for i in np.flatnonzero(storm.active)] + [symptom(i, False) for i in cleared]
+        return [symptom(i, True) for i in storm.active_indices()] + [symptom(i, False) for i in cleared]
