@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from detectors.evaluation import Evaluation, incidents_of
+from fabricwatch.evaluate import GATING_RULE, SuiteReport, percentile
 from schemas.messages import Anomaly
 
 _NS = 1e9
@@ -68,3 +69,80 @@ def _table(rows: list[tuple[str, ...]], out: TextIO) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(), file=out)
         if n == 0:
             print("  ".join("-" * w for w in widths), file=out)
+
+
+def print_suite(report: SuiteReport, out: TextIO) -> None:
+    """Scenario rows first (where to look), then the per-kind verdict the suite is judged on."""
+    print("Scenarios", file=out)
+    _table(_scenario_rows(report), out)
+    print("\nPer kind (delays: max / p50 / p95; false alerts per hour on benign-only scenarios)", file=out)
+    _table(_kind_rows(report), out)
+    th = report.thresholds
+    print(
+        f"\nthresholds: precision >= {th.precision}, recall >= {th.recall}, localisation >= "
+        f"{th.localisation}; delay <= pfc_storm detection_time_s + 1 poll, incast {th.incast_delay_polls:g} "
+        f"polls, ecmp_collapse {th.ecmp_delay_polls:g} polls; <= {th.false_alerts_per_hour:g} false alert "
+        f"per benign hour\nrule: {GATING_RULE}",
+        file=out,
+    )
+    if report.failures:
+        print("\nFailures", file=out)
+        for f in report.failures:
+            where = f" [{f.scenario}]" if f.scenario else ""
+            print(f"  {f.kind} {f.check}{where}: {f.detail}", file=out)
+    print("", file=out)
+    for s in [*(report.kinds[k] for k in sorted(report.kinds)), report.total]:
+        verdict = ("PASS" if s.passed else "FAIL") if s.gated else "not gated"
+        print(f"{verdict:9} {s.kind}", file=out)
+    print(f"{'PASS' if report.passed else 'FAIL':9} suite ({len(report.scenarios)} scenarios)", file=out)
+
+
+def _scenario_rows(report: SuiteReport) -> list[tuple[str, ...]]:
+    rows = [("scenario", "hosts", "poll s", "sim s", "faults", "found", "at root", "incidents", "false",
+             "max delay polls", "wall s")]  # fmt: skip
+    for r in report.scenarios:
+        delays = [lb.delay_polls for lb in r.labels if lb.delay_polls is not None]
+        rows.append(
+            (
+                r.name,
+                str(r.hosts),
+                f"{r.poll_s:g}",
+                f"{r.duration_s:g}",
+                str(len(r.labels)),
+                str(sum(lb.detected for lb in r.labels)),
+                str(sum(lb.localised for lb in r.labels)),
+                str(sum(c.incidents for c in r.kinds.values())),
+                str(len(r.false_alerts)),
+                _num(max(delays, default=None)),
+                f"{r.wall_s:.1f}",
+            )
+        )
+    return rows
+
+
+def _kind_rows(report: SuiteReport) -> list[tuple[str, ...]]:
+    rows = [("kind", "gated", "labels", "incidents", "dup", "false", "precision", "recall", "localised",
+             "delay s", "delay polls", "false/h")]  # fmt: skip
+    for s in [*(report.kinds[k] for k in sorted(report.kinds)), report.total]:
+        c = s.counts
+        rows.append(
+            (
+                s.kind,
+                "yes" if s.gated else "no",
+                str(c.labels),
+                str(c.incidents),
+                str(c.duplicates),
+                str(c.false_alerts),
+                *(_num(x) if s is not report.total else "-" for x in (s.precision, s.recall, s.localisation)),
+                _spread(s.delays_s),
+                _spread(s.delays_polls),
+                _num(s.false_alerts_per_hour),
+            )
+        )
+    return rows
+
+
+def _spread(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return " / ".join(_num(x) for x in (max(values), percentile(values, 50), percentile(values, 95)))

@@ -1,0 +1,530 @@
+"""Score the detectors on a suite of labelled scenarios: what ``fabricwatch evaluate`` runs.
+
+One scenario alone says little (a handful of labels, a few simulated minutes), so the scores that
+matter are pooled per kind across the whole suite and checked against the acceptance thresholds.
+Matching a label to incidents is ``detectors.evaluation.evaluate``'s job and is never re-implemented
+here: per-label and per-incident details come from calling it on one label or one incident at a time.
+
+Scenarios are independent, so they run in worker processes; results come back in argument order,
+and everything but the wall times is the same for the same files, seed and configuration.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from detectors.config import DetectorConfig
+from detectors.evaluation import Evaluation, Incident, evaluate, incidents_of
+from fabricwatch.pipeline import Pipeline
+from fabricwatch.replay import replay_trace
+from ingest.simulator import Scenario, load_scenario, simulate
+from schemas.messages import Anomaly, Label, RootCause
+
+RULE_KINDS = frozenset({"pfc_storm", "incast", "ecmp_collapse"})
+"""Kinds whose detector always runs; ``outlier`` joins them only when a model is loaded."""
+
+GATING_RULE = (
+    "a kind is held to the thresholds when the suite has at least one label of it and its detector "
+    "is enabled; other kinds are reported only. False alerts per hour count every kind."
+)
+TOTAL = "all kinds"
+_EPS_S = 1e-6  # float slack on delay bounds; label and alert times are integer ns
+
+PipelineFactory = Callable[[DetectorConfig], Pipeline]
+"""Builds the pipeline for one scenario; must be picklable (a module-level function or a
+``functools.partial`` of one) because scenarios run in worker processes."""
+
+
+class ScenarioRunError(ValueError):
+    """A scenario that validated but could not be simulated or replayed (a bug, not a score)."""
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Acceptance of the "detection users can trust" issue; PFC storm delay is per label."""
+
+    precision: float = 0.95
+    recall: float = 0.95
+    localisation: float = 0.9
+    incast_delay_polls: float = 2.0
+    ecmp_delay_polls: float = 5.0
+    false_alerts_per_hour: float = 1.0
+
+    def delay_bound_s(self, kind: str, poll_s: float, config: DetectorConfig) -> float | None:
+        """PFC storm: SONiC watchdog latency (detection time plus one poll); others in polls."""
+        if kind == "pfc_storm":
+            return config.pfc_storm.detection_time_s + poll_s
+        if kind == "incast":
+            return self.incast_delay_polls * poll_s
+        if kind == "ecmp_collapse":
+            return self.ecmp_delay_polls * poll_s
+        return None
+
+
+@dataclass
+class LabelResult:
+    kind: str
+    start_s: float
+    end_s: float
+    root: str
+    detected: bool
+    localised: bool
+    found_roots: list[str]
+    duplicates: int
+    delay_s: float | None
+    delay_polls: float | None
+    delay_bound_s: float | None
+
+    @property
+    def late(self) -> bool:
+        return (
+            self.delay_s is not None
+            and self.delay_bound_s is not None
+            and (self.delay_s > self.delay_bound_s + _EPS_S)
+        )
+
+
+@dataclass
+class FalseAlert:
+    kind: str
+    root: str
+    start_s: float
+    first_alert_s: float
+    end_s: float
+
+
+@dataclass
+class KindCounts:
+    labels: int = 0
+    incidents: int = 0
+    true_incidents: int = 0
+    duplicates: int = 0
+    detected: int = 0
+    localised: int = 0
+    false_alerts: int = 0
+
+
+@dataclass
+class ScenarioResult:
+    path: str
+    name: str
+    seed: int
+    hosts: int
+    poll_s: float
+    duration_s: float
+    benign_only: bool
+    wall_s: float
+    kinds: dict[str, KindCounts]
+    labels: list[LabelResult]
+    false_alerts: list[FalseAlert]
+
+
+@dataclass
+class Check:
+    name: str
+    value: float | None
+    threshold: float
+    ok: bool
+
+
+@dataclass
+class KindSummary:
+    kind: str
+    counts: KindCounts = field(default_factory=KindCounts)
+    delays_s: list[float] = field(default_factory=list)
+    delays_polls: list[float] = field(default_factory=list)
+    benign_false_alerts: int = 0
+    benign_hours: float = 0.0
+    gated: bool = False
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def precision(self) -> float | None:
+        c = self.counts
+        return c.true_incidents / c.incidents if c.incidents else None
+
+    @property
+    def recall(self) -> float | None:
+        return self.counts.detected / self.counts.labels if self.counts.labels else None
+
+    @property
+    def localisation(self) -> float | None:
+        return self.counts.localised / self.counts.detected if self.counts.detected else None
+
+    @property
+    def false_alerts_per_hour(self) -> float | None:
+        return self.benign_false_alerts / self.benign_hours if self.benign_hours else None
+
+    @property
+    def passed(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+
+@dataclass
+class Failure:
+    """One reason the suite fails, with what the lead needs to find it in a trace."""
+
+    kind: str
+    check: str
+    scenario: str = ""
+    detail: str = ""
+
+
+@dataclass
+class SuiteReport:
+    scenarios: list[ScenarioResult]
+    kinds: dict[str, KindSummary]
+    total: KindSummary
+    thresholds: Thresholds
+    failures: list[Failure]
+    wall_s: float
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "gating_rule": GATING_RULE,
+            "thresholds": asdict(self.thresholds),
+            "wall_s": round(self.wall_s, 3),
+            "kinds": {k: _summary_json(s) for k, s in sorted(self.kinds.items())},
+            "total": _summary_json(self.total),
+            "failures": [asdict(f) for f in self.failures],
+            "scenarios": [asdict(s) for s in self.scenarios],
+        }
+
+
+def scenario_paths(args: list[Path]) -> list[Path]:
+    """Files as given; a directory stands for its ``*.yaml`` files, sorted so runs compare."""
+    paths: list[Path] = []
+    for arg in args:
+        if arg.is_dir():
+            found = sorted(arg.glob("*.yaml"))
+            if not found:
+                raise ValueError(f"{arg}: no *.yaml scenario in this directory")
+            paths.extend(found)
+        elif arg.is_file():
+            paths.append(arg)
+        else:
+            raise ValueError(f"{arg}: no such scenario file or directory")
+    return paths
+
+
+def run_suite(
+    paths: list[Path],
+    config: DetectorConfig | None = None,
+    seed: int | None = None,
+    pipeline_factory: PipelineFactory = Pipeline,
+    enabled_kinds: frozenset[str] = RULE_KINDS,
+    thresholds: Thresholds | None = None,
+    workers: int = 1,
+    on_result: Callable[[ScenarioResult], None] | None = None,
+) -> SuiteReport:
+    """Validate every scenario first (a typo should not surface after minutes of work), then run them.
+
+    ``enabled_kinds`` says which detectors the pipeline runs: pass ``RULE_KINDS | {"outlier"}`` with a
+    factory that loads an outlier model, so outlier labels start to count.
+    """
+    started = time.perf_counter()
+    config = config or DetectorConfig()
+    thresholds = thresholds or Thresholds()
+    scenarios = [(p, load_scenario(p)) for p in paths]
+    results: list[ScenarioResult] = []
+    for result in _run_all(scenarios, config, seed, pipeline_factory, thresholds, workers):
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    kinds, total = _aggregate(results, enabled_kinds, thresholds)
+    failures = _failures(results, kinds, total)
+    return SuiteReport(results, kinds, total, thresholds, failures, time.perf_counter() - started)
+
+
+def _run_all(
+    scenarios: list[tuple[Path, Scenario]],
+    config: DetectorConfig,
+    seed: int | None,
+    factory: PipelineFactory,
+    thresholds: Thresholds,
+    workers: int,
+) -> Iterator[ScenarioResult]:
+    jobs = [(p, sc, config, seed, factory, thresholds) for p, sc in scenarios]
+    if workers <= 1 or len(jobs) <= 1:
+        yield from (_run_one(job) for job in jobs)
+        return
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)))
+    try:
+        yield from pool.map(_run_one, jobs)
+    finally:
+        pool.shutdown(cancel_futures=True)  # after a crash, do not run the scenarios still queued
+
+
+def _run_one(
+    job: tuple[Path, Scenario, DetectorConfig, int | None, PipelineFactory, Thresholds],
+) -> ScenarioResult:
+    """Simulate into a temporary trace (deleted at once: the big ones take hundreds of MB) and replay."""
+    path, scenario, config, seed, factory, thresholds = job
+    with tempfile.TemporaryDirectory(prefix="fabricwatch-eval-") as tmp:
+        trace = Path(tmp) / "run.trace"
+        try:
+            simulate(scenario, trace, seed=seed)
+            replayed = replay_trace(trace, factory(config))
+        except Exception as exc:  # a crash must name the scenario that caused it
+            raise ScenarioRunError(f"{path}: {type(exc).__name__}: {exc}") from exc
+    poll_s = float(replayed.meta.get("poll_interval_s", scenario.poll_interval))
+    duration_s = float(replayed.meta.get("duration_s", replayed.duration_s))
+    labels = replayed.pipeline.labels
+    faults = [lb for lb in labels if lb.kind != "benign"]
+    score = _Scorer(replayed.anomalies, poll_s, duration_s, scenario.start_ns)
+    return ScenarioResult(
+        path=str(path),
+        name=path.name,
+        seed=int(replayed.meta.get("seed", scenario.seed)),
+        hosts=int(replayed.meta.get("hosts", 0)),
+        poll_s=poll_s,
+        duration_s=duration_s,
+        benign_only=not faults,
+        wall_s=replayed.wall_s,
+        kinds=score.kind_counts(labels),
+        labels=[score.label(lb, thresholds.delay_bound_s(lb.kind, poll_s, config)) for lb in faults],
+        false_alerts=score.false_alerts(faults),
+    )
+
+
+class _Scorer:
+    """One scenario's anomalies scored whole, per label and per incident, all by ``evaluate``."""
+
+    def __init__(self, anomalies: list[Anomaly], poll_s: float, duration_s: float, t0_ns: int) -> None:
+        self.anomalies, self.poll_s, self.duration_s, self.t0_ns = anomalies, poll_s, duration_s, t0_ns
+        self.incidents = incidents_of(anomalies)
+
+    def _eval(self, anomalies: list[Anomaly], labels: list[Label]) -> Evaluation:
+        return evaluate(anomalies, labels, self.poll_s, self.duration_s)
+
+    def kind_counts(self, labels: list[Label]) -> dict[str, KindCounts]:
+        counts: dict[str, KindCounts] = {}
+        for kind, s in self._eval(self.anomalies, labels).kinds.items():
+            counts[kind] = KindCounts(
+                labels=s.labels,
+                incidents=s.incidents,
+                true_incidents=s.true_incidents,
+                duplicates=s.duplicates,
+                detected=s.detected,
+                localised=s.localised,
+                false_alerts=s.incidents - s.true_incidents - s.duplicates,
+            )
+        return counts
+
+    def label(self, lb: Label, bound_s: float | None) -> LabelResult:
+        s = self._eval(self.anomalies, [lb]).kinds[lb.kind]
+        hits = [i for i in self.incidents if self._eval([_probe(i)], [lb]).kinds[lb.kind].detected]
+        delay = s.delays_s[0] if s.delays_s else None
+        return LabelResult(
+            kind=lb.kind,
+            start_s=self._s(lb.start_ns),
+            end_s=self._s(lb.end_ns),
+            root=root_text(lb.root),
+            detected=bool(s.detected),
+            localised=bool(s.localised),
+            found_roots=sorted({root_text(i.root) for i in hits}),
+            duplicates=s.duplicates,
+            delay_s=delay,
+            delay_polls=None if delay is None else delay / self.poll_s,
+            delay_bound_s=bound_s,
+        )
+
+    def false_alerts(self, faults: list[Label]) -> list[FalseAlert]:
+        return [
+            FalseAlert(
+                i.kind, root_text(i.root), self._s(i.start_ns), self._s(i.first_alert_ns), self._s(i.end_ns)
+            )
+            for i in self.incidents
+            if self._eval([_probe(i)], faults).false_alerts
+        ]
+
+    def _s(self, ts_ns: int) -> float:
+        return round((ts_ns - self.t0_ns) / 1e9, 3)
+
+
+def _probe(inc: Incident) -> Anomaly:
+    """A one-event stand-in for an incident, so ``evaluate`` can judge that incident alone."""
+    return Anomaly(
+        fingerprint=inc.fingerprint,
+        kind=inc.kind,  # type: ignore[arg-type]
+        severity="warning",
+        status="firing",
+        start_ns=inc.start_ns,
+        ts_ns=inc.first_alert_ns,
+        root=inc.root,
+        summary="",
+        end_ns=inc.end_ns,
+    )
+
+
+def root_text(r: RootCause) -> str:
+    where = r.group or ":".join(x for x in (r.device, r.port) if x)
+    return f"{where} prio {r.priority}" if r.priority is not None else where
+
+
+def _aggregate(
+    results: list[ScenarioResult], enabled: frozenset[str], th: Thresholds
+) -> tuple[dict[str, KindSummary], KindSummary]:
+    kinds: dict[str, KindSummary] = {}
+    total = KindSummary(TOTAL, gated=True)
+    for r in results:
+        hours = r.duration_s / 3600 if r.benign_only else 0.0
+        total.benign_hours += hours
+        for kind, c in r.kinds.items():
+            s = kinds.setdefault(kind, KindSummary(kind))
+            _add(s.counts, c)
+            _add(total.counts, c)
+            if r.benign_only:
+                s.benign_false_alerts += c.false_alerts
+                total.benign_false_alerts += c.false_alerts
+        for lb in r.labels:
+            if lb.delay_s is not None:
+                kinds[lb.kind].delays_s.append(lb.delay_s)
+                kinds[lb.kind].delays_polls.append(lb.delay_s / r.poll_s)
+    for s in kinds.values():
+        s.benign_hours = total.benign_hours
+        s.gated = s.counts.labels > 0 and s.kind in enabled
+        s.checks = _checks(s, th, results) if s.gated else []
+    total.checks = [_rate_check(total, th)]
+    return kinds, total
+
+
+def _add(into: KindCounts, c: KindCounts) -> None:
+    for name in vars(into):
+        setattr(into, name, getattr(into, name) + getattr(c, name))
+
+
+def _checks(s: KindSummary, th: Thresholds, results: list[ScenarioResult]) -> list[Check]:
+    labels = [lb for r in results for lb in r.labels if lb.kind == s.kind]
+    late = sum(lb.late for lb in labels)
+    checks = [
+        _at_least("precision", s.precision, th.precision),
+        _at_least("recall", s.recall, th.recall),
+        _at_least("localisation", s.localisation, th.localisation),
+        Check("labels detected late", late, 0, late == 0),
+        _rate_check(s, th),
+    ]
+    return checks
+
+
+def _at_least(name: str, value: float | None, threshold: float) -> Check:
+    """A missing ratio (no incidents at all) fails: recall already says why."""
+    return Check(name, value, threshold, value is not None and value >= threshold)
+
+
+def _rate_check(s: KindSummary, th: Thresholds) -> Check:
+    rate = s.false_alerts_per_hour
+    return Check(
+        "false alerts per benign hour",
+        rate,
+        th.false_alerts_per_hour,
+        (rate or 0.0) <= th.false_alerts_per_hour,
+    )
+
+
+def _failures(
+    results: list[ScenarioResult], kinds: dict[str, KindSummary], total: KindSummary
+) -> list[Failure]:
+    """Every failed check, then the labels and alerts behind it not already cited by an earlier one."""
+    out: list[Failure] = []
+    cited: set[tuple[str, str, str]] = set()
+    for s in [*sorted(kinds.values(), key=lambda s: s.kind), total]:
+        for c in s.checks:
+            if c.ok:
+                continue
+            out.append(Failure(s.kind, c.name, detail=f"{_fmt(c.value)} vs {_fmt(c.threshold)}"))
+            for f in _culprits(s.kind, c.name, results):
+                if (f.kind, f.scenario, f.detail) not in cited:
+                    cited.add((f.kind, f.scenario, f.detail))
+                    out.append(f)
+    return out
+
+
+def _culprits(kind: str, check: str, results: list[ScenarioResult]) -> Iterator[Failure]:
+    for r in results:
+        if check == "precision" or (check == "false alerts per benign hour" and r.benign_only):
+            yield from _false_alert_groups(kind, r)
+        for lb in r.labels:
+            why = _label_problem(lb, check) if lb.kind == kind else ""
+            if why:
+                yield Failure(
+                    kind, check, r.name, f"label {lb.start_s:.3f}-{lb.end_s:.3f} s {lb.root}: {why}"
+                )
+
+
+def _false_alert_groups(kind: str, r: ScenarioResult) -> Iterator[Failure]:
+    """One line per root: a flapping detector re-fires on the same root many times."""
+    groups: dict[tuple[str, str], list[FalseAlert]] = {}
+    for fa in r.false_alerts:
+        if kind in (fa.kind, TOTAL):
+            groups.setdefault((fa.kind, fa.root), []).append(fa)
+    for (fa_kind, root), alerts in groups.items():
+        first = min(fa.first_alert_s for fa in alerts)
+        yield Failure(
+            fa_kind, "false alert", r.name, f"{root}: {len(alerts)} incident(s), first alert at {first:.3f} s"
+        )
+
+
+def _label_problem(lb: LabelResult, check: str) -> str:
+    if check == "recall" and not lb.detected:
+        return "missed"
+    if check == "localisation" and lb.detected and not lb.localised:
+        return f"found at {_some(lb.found_roots)}"
+    if check == "precision" and lb.duplicates:
+        return f"{lb.duplicates} duplicate incident(s) at {_some(lb.found_roots)}"
+    if check == "labels detected late" and lb.late:
+        return f"delay {lb.delay_s:.3f} s ({lb.delay_polls:.2f} polls) > bound {lb.delay_bound_s:.3f} s"
+    return ""
+
+
+def _some(roots: list[str], shown: int = 6) -> str:
+    more = f" and {len(roots) - shown} more" if len(roots) > shown else ""
+    return ", ".join(roots[:shown]) + more
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest rank: a delay some label actually had, never an interpolation between two."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def _summary_json(s: KindSummary) -> dict[str, Any]:
+    def stats(values: list[float]) -> dict[str, float | None]:
+        return {
+            "max": max(values, default=None),
+            "p50": percentile(values, 50),
+            "p95": percentile(values, 95),
+        }
+
+    return {
+        **asdict(s.counts),
+        "precision": s.precision,
+        "recall": s.recall,
+        "localisation": s.localisation,
+        "delay_s": stats(s.delays_s),
+        "delay_polls": stats(s.delays_polls),
+        "benign_false_alerts": s.benign_false_alerts,
+        "benign_hours": s.benign_hours,
+        "false_alerts_per_hour": s.false_alerts_per_hour,
+        "gated": s.gated,
+        "passed": s.passed if s.gated else None,
+        "checks": [asdict(c) for c in s.checks],
+    }
