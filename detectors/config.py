@@ -13,16 +13,31 @@ Defaults and where they come from:
   climbs into the marking band as the number of senders grows, so many-to-one traffic shows as a
   queue peaking past the middle of the band (``band_fraction``), still above Kmin when read (it did
   not drain), fed by several ingress ports. It must hold for ``sustain_polls`` consecutive polls (a
-  burst the buffer absorbs shows as one watermark spike and has drained by the next read), unless
-  it already drops packets or spreads pauses. Counting the poll in which it began, two polls bound
-  the delay at two poll intervals. ``min_egress_utilisation`` stands in for the occupancy reading on
-  switches that do not report one.
+  burst the buffer absorbs shows as one watermark spike and has drained by the next read), unless it
+  already drops packets or spreads pauses, or a single poll shows it lasting the whole interval
+  (``full_poll_utilisation`` of line rate, the queue deep at its peak and when read). Counting the
+  poll in which it began, two polls bound the delay at two poll intervals. Once begun, it holds
+  while the peak stays past a quarter of the band (``hold_band_fraction``): hysteresis, so that an
+  incast whose queue sits near the start level does not flap with every noisy reading.
+  ``min_egress_utilisation`` stands in for the occupancy reading on switches that do not report one.
 * ECMP collapse — SONiC's ECMP test calls a group balanced while every member is within +/-25% of
-  the mean; we alert at twice that skew (the hottest member carries >= 1.5x the mean) only when
-  that member runs at >= 50% of its line rate (a quiet fabric is not imbalanced) and for
-  ``persist_polls`` polls. Normalised entropy and the coefficient of variation are reported as
-  evidence but do not gate: with eight members, one saturated uplink beside seven at a quarter
-  load still has entropy 0.92, so an entropy threshold would have to depend on the group size.
+  the mean; we alert at twice that skew (the hottest member carries >= 1.5x the mean) only when that
+  member is saturated (>= 90% of line rate over the poll) and for ``persist_polls`` polls.
+  Saturation is what makes skew cost bandwidth: the flows on the hot member are held to its rate
+  while the others have room. A few flows hashed unevenly on a fabric that is not full are the
+  normal statistics of ECMP (max/mean of 2 is common with 4-8 QPs per connection) and cost nothing.
+  Once begun it holds down to SONiC's own +/-25% bound and 70% load (``hold_*``: hysteresis against
+  noisy readings of a saturated link). Normalised entropy and the coefficient of variation are
+  reported as evidence but do not gate: with eight members, one saturated uplink beside seven at a
+  quarter load still has entropy 0.92, so an entropy threshold would have to depend on the group
+  size.
+* Learned outliers — no threshold is set by hand. A port class's threshold is the
+  ``threshold_quantile`` of its IsolationForest's scores on the baseline (0.9995: one baseline
+  poll in two thousand scores above it); a health feature (errors, retransmissions, a queue on an
+  idle line) above its baseline maximum makes a poll anomalous by itself. A port must be anomalous
+  in ``persist_polls`` of its last ``window_polls`` polls (Netdata: single scores are noisy).
+  ``n_estimators``, ``max_samples`` and ``seed`` are the forest's (Liu et al.'s 100 trees of 256
+  samples) and apply at training; the quantile can be changed without retraining.
 """
 
 from __future__ import annotations
@@ -43,7 +58,9 @@ class IncastConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     ecn_kmin_bytes: float = 150_000.0
     ecn_kmax_bytes: float = 1_500_000.0
     band_fraction: float = 0.5
+    hold_band_fraction: float = 0.25
     min_egress_utilisation: float = 0.7
+    full_poll_utilisation: float = 0.9
     min_fan_in: int = 2
     fan_in_port_fraction: float = 0.05
     sustain_polls: int = 2
@@ -52,7 +69,9 @@ class IncastConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 class EcmpConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     window_polls: int = 1
     max_over_mean: float = 1.5
-    min_hot_utilisation: float = 0.5
+    min_hot_utilisation: float = 0.9
+    hold_max_over_mean: float = 1.25
+    hold_hot_utilisation: float = 0.7
     persist_polls: int = 3
 
 
@@ -60,11 +79,29 @@ class IncidentConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     resolve_after_s: float = 3.0
 
 
+class OutlierConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    threshold_quantile: float = 0.9995
+    persist_polls: int = 3
+    window_polls: int = 4
+    batch_rows: int = 4096
+    top_features: int = 3
+    n_estimators: int = 100
+    max_samples: int = 256
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.threshold_quantile < 1.0:
+            raise ValueError("threshold_quantile must be between 0 and 1 (exclusive)")
+        if not 1 <= self.persist_polls <= self.window_polls <= 16:
+            raise ValueError("need 1 <= persist_polls <= window_polls <= 16")
+
+
 class DetectorConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     pfc_storm: PfcStormConfig = msgspec.field(default_factory=PfcStormConfig)
     incast: IncastConfig = msgspec.field(default_factory=IncastConfig)
     ecmp: EcmpConfig = msgspec.field(default_factory=EcmpConfig)
     incidents: IncidentConfig = msgspec.field(default_factory=IncidentConfig)
+    outliers: OutlierConfig = msgspec.field(default_factory=OutlierConfig)
     default_link_gbps: float = 400.0
 
 

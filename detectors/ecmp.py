@@ -61,9 +61,11 @@ class EcmpDetector:
             mean = 1.0 / n
             cv = np.sqrt((np.where(index.members, (shares - mean[:, None]) ** 2, 0.0)).sum(axis=1) / n) / mean
         hot = util.max(axis=1)
-        skewed = (hot >= cfg.min_hot_utilisation) & (max_over_mean >= cfg.max_over_mean)
+        streak = self._streaks.get(frame.device, hot.shape)
+        begins = (hot >= cfg.min_hot_utilisation) & (max_over_mean >= cfg.max_over_mean)
+        holds = (hot >= cfg.hold_hot_utilisation) & (max_over_mean >= cfg.hold_max_over_mean)
+        skewed = begins | (holds & ((streak.polls > 0) | streak.active))
 
-        streak = self._streaks.get(frame.device, skewed.shape)
         streak.step(skewed, frame.ts_ns, frame.dt_s)
         streak.start(streak.polls >= cfg.persist_polls)
         cleared = streak.stop(~skewed)

@@ -21,6 +21,8 @@ class FabricMap:
         self._speed_cache: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
         self._edge_cache: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
         self._known: set[str] = set()
+        self._nics: set[str] = set()
+        self._neighbours: dict[str, set[str]] = {}
         if topology is not None:
             self._index(topology)
 
@@ -29,9 +31,12 @@ class FabricMap:
             a, b = (link.a_device, link.a_port), (link.b_device, link.b_port)
             self._peer[a], self._peer[b] = b, a
             self._speed[a] = self._speed[b] = link.speed_gbps * 1e9
+            self._neighbours.setdefault(a[0], set()).add(b[0])
+            self._neighbours.setdefault(b[0], set()).add(a[0])
         for group in topo.ecmp_groups:
             self._groups.setdefault(group.device, []).append(group)
         self._known = {d.id for d in topo.devices}
+        self._nics = {d.id for d in topo.devices if d.kind == "nic"} | {a.nic for a in topo.nics}
         for dev in topo.devices:
             if dev.host:
                 self._host_of[dev.id] = dev.host
@@ -67,6 +72,13 @@ class FabricMap:
 
     def ecmp_groups(self, device: str) -> list[EcmpGroup]:
         return self._groups.get(device, [])
+
+    def neighbours(self, device: str) -> set[str]:
+        """Devices one link away."""
+        return self._neighbours.get(device, set())
+
+    def is_nic(self, device: str) -> bool:
+        return device in self._nics
 
     def host_of(self, device: str) -> str:
         """The host a NIC belongs to, or the device itself."""

@@ -3,10 +3,13 @@
 Evidence on one switch, all from one snapshot's rates: the queue's watermark (peak since the last
 read) is deep in the ECN marking band (see detectors/config.py for why depth means fan-in), the
 queue keeps ECN-marking, it is still above Kmin when read (it did not drain: the congestion stands;
-without an occupancy counter, the port running near line rate stands in), and at least
-``min_fan_in`` other ports bring in a real share of traffic. A burst the buffer absorbs shows the
-watermark for one poll; an incast persists, so it must hold for ``sustain_polls`` polls unless it
-already hurts (drops on that queue, or the switch pausing its own ingress ports).
+without an occupancy counter, the port running near line rate stands in), and, when it is reported,
+at least ``min_fan_in`` other ports bring in a real share of traffic (not asked of the poll in which
+it began: a few milliseconds of incast at the end of an interval barely move the ingress averages).
+A burst the buffer absorbs shows the watermark for one poll; an incast persists, so it must hold
+for ``sustain_polls`` polls unless it already hurts (drops on that queue, or the switch pausing its
+own ingress ports) or one poll already shows it lasting the whole interval (line rate throughout,
+the queue deep at its peak and still deep when read).
 
 Only host-facing ports can be incast victims: many-to-one traffic converges on the last hop to the
 receiver, which carries all of it. Congestion on a fabric link is either ECMP imbalance (the ECMP
@@ -42,21 +45,27 @@ class IncastDetector:
         tx = frame.port("tx_bytes")
         rx = frame.port("rx_bytes")
 
-        deep = cfg.ecn_kmin_bytes + cfg.band_fraction * (cfg.ecn_kmax_bytes - cfg.ecn_kmin_bytes)
-        marking = (watermark >= deep) if ecn is None else (watermark >= deep) & (ecn > 0)
+        band = cfg.ecn_kmax_bytes - cfg.ecn_kmin_bytes
+        streak = self._streaks.get(frame.device, watermark.shape)
+        deep = watermark >= cfg.ecn_kmin_bytes + cfg.band_fraction * band
+        held = (watermark >= cfg.ecn_kmin_bytes + cfg.hold_band_fraction * band) & (
+            (streak.polls > 0) | streak.active
+        )
+        marking = deep | held if ecn is None else (deep | held) & (ecn > 0)
         if occupancy is not None:
             standing = occupancy >= cfg.ecn_kmin_bytes
         else:
             standing = (tx >= cfg.min_egress_utilisation * line_Bps)[:, None]
         feeders = rx >= cfg.fan_in_port_fraction * line_Bps
         fan_in = feeders.sum() - feeders
-        congested = marking & standing & (host_facing & (fan_in >= cfg.min_fan_in))[:, None]
+        congested = marking & standing & host_facing[:, None]
+        fed = (fan_in >= cfg.min_fan_in)[:, None]
 
-        streak = self._streaks.get(frame.device, congested.shape)
         streak.step(congested, frame.ts_ns, frame.dt_s)
         pausing = self._pausing_ingress(frame)
         hurting = pausing if drops is None else (drops > 0) | pausing
-        streak.start((streak.polls >= cfg.sustain_polls) | (congested & hurting))
+        whole_poll = self._congested_throughout(occupancy, watermark, tx, line_Bps, band)
+        streak.start(fed & ((streak.polls >= cfg.sustain_polls) | (congested & (hurting | whole_poll))))
         cleared = streak.stop(~congested)
 
         def symptom(flat: int, active: bool) -> Symptom:
@@ -80,6 +89,22 @@ class IncastDetector:
             )
 
         return [symptom(i, True) for i in streak.active_indices()] + [symptom(i, False) for i in cleared]
+
+    def _congested_throughout(
+        self,
+        occupancy: np.ndarray | None,
+        watermark: np.ndarray,
+        tx: np.ndarray,
+        line_Bps: np.ndarray,
+        band: float,
+    ) -> np.ndarray:
+        """A port at line rate for the whole poll whose queue is deep both at its peak and when read
+        was congested all along: that is already sustained, one poll is enough."""
+        if occupancy is None:
+            return np.zeros(watermark.shape, dtype=bool)
+        deep = self.config.ecn_kmin_bytes + self.config.band_fraction * band
+        saturated = (tx >= self.config.full_poll_utilisation * line_Bps)[:, None]
+        return saturated & (occupancy >= deep) & (watermark >= deep)
 
     @staticmethod
     def _pausing_ingress(frame: RateFrame) -> np.ndarray:

@@ -59,12 +59,31 @@ class _Incident:
     evidence: dict[str, float | int | str] = field(default_factory=dict)
     summary: str = ""
     quiet_since_ns: int | None = None
+    interval_ns: int = _NS
 
 
 @dataclass
 class _Seen:
     symptom: Symptom
     interval_ns: int
+
+
+@dataclass
+class _Group:
+    """The active symptoms of one candidate incident, and the longest poll interval among them."""
+
+    kind: str
+    root: RootCause
+    members: list[Symptom] = field(default_factory=list)
+    interval_ns: int = 0
+
+    def add(self, seen: _Seen) -> None:
+        self.members.append(seen.symptom)
+        self.interval_ns = max(self.interval_ns, seen.interval_ns)
+
+    @property
+    def start_ns(self) -> int:
+        return min(s.start_ns for s in self.members)
 
 
 class Correlator:
@@ -76,6 +95,7 @@ class Correlator:
         self._phases: list[Phase] = []
         self._prune_at = 1024
         self._storm_roots: dict[SymptomKey, RootCause] = {}
+        self._pending: dict[str, int] = {}
 
     def set_fabric(self, fabric: FabricMap) -> None:
         self.fabric = fabric
@@ -97,22 +117,41 @@ class Correlator:
         self._expire(now_ns)
         groups = self._group()
         out = []
-        for fp, (kind, root, members) in groups.items():
+        for fp, group in groups.items():
             incident = self._incidents.get(fp)
             if incident is None:
-                incident = self._incidents[fp] = _Incident(kind, root, fp, _start(members), now_ns)
-                self._describe(incident, members)
+                if not self._ripe(fp, group, now_ns):
+                    continue
+                incident = self._incidents[fp] = _Incident(group.kind, group.root, fp, group.start_ns, now_ns)
+                self._describe(incident, group)
                 out.append(self._anomaly(incident, "firing", now_ns))
                 continue
             incident.quiet_since_ns = None
             incident.last_ns = now_ns
-            before = (incident.severity, frozenset(incident.devices), tuple(incident.jobs))
-            self._describe(incident, members)
-            if (incident.severity, frozenset(incident.devices), tuple(incident.jobs)) != before:
+            before = (incident.severity, frozenset(incident.devices), tuple(incident.jobs), incident.root)
+            self._describe(incident, group)
+            if (
+                incident.severity,
+                frozenset(incident.devices),
+                tuple(incident.jobs),
+                incident.root,
+            ) != before:
                 out.append(self._anomaly(incident, "updated", now_ns))
-        out += self._resolve(set(groups), now_ns)
+        self._pending = {fp: t for fp, t in self._pending.items() if fp in groups}
+        out += self._resolve(groups, now_ns)
         self._prune_phases(now_ns)
         return out
+
+    def _ripe(self, fp: str, group: _Group, now_ns: int) -> bool:
+        """Whether a new incident may fire. A storm whose pause tree ends at a switch port waits one
+        poll: within a poll, the devices' snapshots arrive in any order, and a port paused by a
+        switch whose own paused port is not in yet would name that switch as root. Once its
+        symptom is in, the port re-homes and the false root never fires. A NIC root, the common
+        case, fires at once."""
+        if group.kind != "pfc_storm" or self.fabric.is_nic(group.root.device):
+            return True
+        first = self._pending.setdefault(fp, now_ns)
+        return now_ns - first >= group.interval_ns
 
     def open_incidents(self) -> int:
         return len(self._incidents)
@@ -127,8 +166,8 @@ class Correlator:
         self._active.pop(key, None)
         self._storm_roots.pop(key, None)
 
-    def _group(self) -> dict[str, tuple[str, RootCause, list[Symptom]]]:
-        groups: dict[str, tuple[str, RootCause, list[Symptom]]] = {}
+    def _group(self) -> dict[str, _Group]:
+        groups: dict[str, _Group] = {}
         storming = {(k[1], k[2]) for k in self._active if k[0] == "pfc_storm"}
         paused_devices = {d for d, _ in storming}
         for key, seen in self._active.items():
@@ -138,16 +177,34 @@ class Correlator:
             elif key[0] == "pfc_pausing":
                 kind, root = "pfc_storm", RootCause(sym.device, sym.port, sym.priority)
             elif key[0] == "incast":
-                kind, root = "incast", RootCause(sym.device, sym.port, sym.priority)
+                kind, root = "incast", self._incast_identity(sym)
             elif key[0] == "ecmp_imbalance":
                 kind, root = "ecmp_collapse", RootCause(sym.device, group=sym.group)
             elif key[0] == "outlier":
                 kind, root = "outlier", RootCause(sym.device, sym.port)
             else:
                 continue
-            fp = fingerprint(kind, root)
-            groups.setdefault(fp, (kind, root, []))[2].append(sym)
+            group = groups.setdefault(fingerprint(kind, root), _Group(kind, root))
+            group.add(seen)
+        for group in groups.values():
+            if group.kind == "incast":
+                group.root = self._first_rail(group)
         return groups
+
+    def _incast_identity(self, sym: Symptom) -> RootCause:
+        """An incast is into a host: a host with a NIC per rail is congested on every rail's leaf
+        port at once, and that is one incident. Without topology, the port is the identity."""
+        receiver = self.fabric.host_behind(sym.device, sym.port)
+        if receiver is None:
+            return RootCause(sym.device, sym.port, sym.priority)
+        return RootCause(receiver, priority=sym.priority, group="receiver")
+
+    def _first_rail(self, group: _Group) -> RootCause:
+        """The victim port reported as root: the leaf port of the receiver's first congested NIC."""
+        first = min(
+            group.members, key=lambda s: (self.fabric.nic_behind(s.device, s.port) or "", s.device, s.port)
+        )
+        return RootCause(first.device, first.port, first.priority)
 
     def _storm_membership(
         self, key: SymptomKey, sym: Symptom, storming: set[tuple[str, str]], paused_devices: set[str]
@@ -157,7 +214,24 @@ class Correlator:
         its own. A port re-homes only when its incident's root turns out to be paused itself."""
         root = self._storm_roots.get(key)
         if root is None or root.device in paused_devices:
-            root = self._storm_roots[key] = self._storm_root(sym, storming)
+            root = self._storm_roots[key] = self._join_open_storm(self._storm_root(sym, storming))
+        return root
+
+    def _join_open_storm(self, root: RootCause) -> RootCause:
+        """A switch port found as root, on or next to a device of an open storm's tree, belongs to
+        that storm: pauses spread from the tree one link at a time, and the walk stops short when a
+        port on the way does not meet the watchdog's test (restored first, or never silent: a queue
+        that still drains a trickle). A device in the tree outranks a neighbour of it."""
+        if self.fabric.is_nic(root.device):
+            return root
+        storms = [i for i in self._incidents.values() if i.kind == "pfc_storm"]
+        for incident in storms:
+            if root.device in incident.devices:
+                return incident.root
+        near = self.fabric.neighbours(root.device)
+        for incident in sorted(storms, key=lambda i: -i.start_ns):
+            if near & incident.devices:
+                return incident.root
         return root
 
     def _storm_root(self, sym: Symptom, storming: set[tuple[str, str]]) -> RootCause:
@@ -181,7 +255,9 @@ class Correlator:
             device, port, hops = peer[0], upstream[0], hops + 1
             visited.add((device, port))
 
-    def _describe(self, incident: _Incident, members: list[Symptom]) -> None:
+    def _describe(self, incident: _Incident, group: _Group) -> None:
+        members = group.members
+        incident.root = group.root
         incident.devices |= {s.device for s in members}
         latest = max(members, key=lambda s: s.ts_ns)
         incident.evidence = dict(latest.evidence)
@@ -309,13 +385,29 @@ class Correlator:
             if incident.kind != "ecmp_collapse":
                 incident.hosts |= set(ph.participants())
 
-    def _resolve(self, still: set[str], now_ns: int) -> list[Anomaly]:
+    def _resolve(self, groups: dict[str, _Group], now_ns: int) -> list[Anomaly]:
+        """Resolve incidents quiet for ``resolve_after_s`` and at least two of their polls, so that one
+        missed or calm poll at 10 s polling does not split an incident in two. An incident on a
+        device inside an active storm's pause tree waits for the storm to end."""
         out = []
-        for fp in [fp for fp in self._incidents if fp not in still]:
-            incident = self._incidents[fp]
+        frozen = {
+            d
+            for fp, i in self._incidents.items()
+            if i.kind == "pfc_storm" and fp in groups
+            for d in i.devices
+        }
+        for fp, incident in list(self._incidents.items()):
+            if fp in groups:
+                incident.interval_ns = groups[fp].interval_ns
+                continue
+            if incident.kind != "pfc_storm" and incident.devices & frozen:
+                # Traffic through a storm's tree is frozen: its silence says nothing about this fault.
+                incident.quiet_since_ns = None
+                continue
             if incident.quiet_since_ns is None:
                 incident.quiet_since_ns = now_ns
-            if now_ns - incident.quiet_since_ns >= self.config.resolve_after_s * _NS:
+            wait_ns = max(self.config.resolve_after_s * _NS, 2 * incident.interval_ns)
+            if now_ns - incident.quiet_since_ns >= wait_ns:
                 out.append(self._anomaly(incident, "resolved", now_ns, end_ns=incident.last_ns))
                 del self._incidents[fp]
         return out
@@ -357,7 +449,3 @@ def fingerprint(kind: str, root: RootCause) -> str:
 def _capped(names: list[str], shown: int = 8) -> str:
     more = f" +{len(names) - shown} more" if len(names) > shown else ""
     return ", ".join(names[:shown]) + more
-
-
-def _start(members: list[Symptom]) -> int:
-    return min(s.start_ns for s in members)

@@ -31,16 +31,20 @@ class Streak:
             active=np.zeros(shape, dtype=bool),
         )
 
-    def step(self, cond: np.ndarray, ts_ns: int, dt_s: float) -> None:
+    def step(
+        self, cond: np.ndarray, ts_ns: int, dt_s: float, held_s: np.ndarray | float | None = None
+    ) -> None:
         """Extend the streak where ``cond`` holds, break it elsewhere; a new streak starts at the
-        beginning of the interval in which the condition was first seen."""
+        beginning of the interval in which the condition was first seen. ``held_s`` is how long the
+        condition held within this interval where a counter can tell (pause time); the whole
+        interval otherwise."""
         holds = bool(cond.any())
         if not holds and not self.running:
             return
         fresh = cond & (self.polls == 0)
         self.since_ns[fresh] = ts_ns - int(dt_s * 1e9)
         self.polls = np.where(cond, self.polls + 1, 0)
-        self.seconds = np.where(cond, self.seconds + dt_s, 0.0)
+        self.seconds = np.where(cond, self.seconds + (dt_s if held_s is None else held_s), 0.0)
         self.running = holds
 
     @property

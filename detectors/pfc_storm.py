@@ -117,11 +117,11 @@ class NicPauseStorm:
 
     The NIC's own firmware watches for this at a resolution no poller has: mlx5 counts a
     ``tx_pause_storm_warning_event`` when it has sent pauses without a break for 85% of its stall
-    timeout (100 ms by default). That, plus at least ``detection_time`` spent pausing within the
-    interval, shows a continuous pause in the very poll in which it began, where the switch-side
-    watchdog must wait for a whole paused interval. Without the firmware counter, pausing for
-    ``paused_fraction`` of the interval is the test. Restored like the watchdog: after
-    ``restoration_time`` without pausing.
+    timeout (100 ms by default). A warning starts a storm in the partly paused interval in which it
+    began; intervals paused throughout (``paused_fraction``) continue it; it is reported once
+    ``detection_time`` of pausing has accumulated (the pause duration counter says how much of each
+    interval). The switch-side watchdog, in contrast, must wait for a whole paused interval.
+    Restored like the watchdog: after ``restoration_time`` without pausing.
     """
 
     def __init__(self, config: PfcStormConfig) -> None:
@@ -136,22 +136,21 @@ class NicPauseStorm:
         cfg = self.config
         frac = pause_us / _US_PER_S
         warned = frame.port("pause_storm_warning_events")
-        continuous = (
-            (frac >= cfg.paused_fraction)
-            if warned is None
-            else ((frac >= cfg.paused_fraction) | (warned > 0)[:, None])
-        )
-        pausing = continuous & (frac * frame.dt_s >= cfg.detection_time_s)
-        storm = self._storm.get(frame.device, pausing.shape)
-        calm = self._quiet.get(frame.device, pausing.shape)
-        storm.step(pausing, frame.ts_ns, frame.dt_s)
+        storm = self._storm.get(frame.device, frac.shape)
+        calm = self._quiet.get(frame.device, frac.shape)
+        pausing = frac >= cfg.paused_fraction
+        if warned is not None:
+            # A firmware warning can start a streak in a partly paused interval; after that, only
+            # intervals paused throughout continue it.
+            pausing |= (warned > 0)[:, None] & (frac > 0) & (storm.polls == 0)
+        paused_s = np.minimum(np.nan_to_num(frac), 1.0) * frame.dt_s
+        storm.step(pausing, frame.ts_ns, frame.dt_s, held_s=paused_s)
         if not storm.running and not storm.any_active:
             return []
         began = pausing & (storm.polls == 1)
-        paused_ns = (np.minimum(np.nan_to_num(frac), 1.0) * frame.dt_s * 1e9).astype(np.int64)
-        storm.since_ns[began] = frame.ts_ns - paused_ns[began]  # it began when pausing began
+        storm.since_ns[began] = frame.ts_ns - (paused_s[began] * 1e9).astype(np.int64)  # when pausing began
         calm.step(~(frac > 0), frame.ts_ns, frame.dt_s)
-        storm.start(pausing)
+        storm.start(storm.seconds >= cfg.detection_time_s)
         cleared = storm.stop(calm.seconds >= cfg.restoration_time_s)
 
         def symptom(flat: int, active: bool) -> Symptom:

@@ -123,11 +123,33 @@ PORTS = [f"Ethernet{8 * i}" for i in range(6)]
 def test_incast_needs_to_persist_and_a_single_burst_is_absorbed():
     sw, stage = Switch("leaf0", PORTS), Stage1()
     feeders = PORTS[1:5]
-    out = run(stage, [sw.poll(1.0), sw.poll(1.0, **incast("Ethernet0", feeders)), sw.poll(1.0)])
-    assert not any(out), "one poll of congestion that drains is a burst the buffer absorbed"
-    out = run(stage, [sw.poll(1.0, **incast("Ethernet0", feeders)) for _ in range(2)])
+    burst = {
+        **incast("Ethernet0", feeders),
+        "queue_occupancy_bytes": {"Ethernet0": 0},
+        "tx_bytes": {"Ethernet0": 0.4 * LINE_Bps},
+    }
+    out = run(stage, [sw.poll(1.0), sw.poll(1.0, **burst), sw.poll(1.0)])
+    assert not any(out), "a peak that drained before the read is a burst the buffer absorbed"
+    partial = {**incast("Ethernet0", feeders), "tx_bytes": {"Ethernet0": 0.6 * LINE_Bps}}
+    out = run(stage, [sw.poll(1.0, **partial), sw.poll(1.0, **incast("Ethernet0", feeders))])
     assert out[0] == [] and out[1][0].kind == "incast" and out[1][0].port == "Ethernet0"
     assert out[1][0].evidence["fan_in_ports"] == 4
+
+
+def test_a_whole_poll_of_standing_incast_is_reported_at_once():
+    """Line rate all interval, queue deep at its peak and still deep when read: already sustained."""
+    sw, stage = Switch("leaf0", PORTS), Stage1()
+    out = run(stage, [sw.poll(1.0), sw.poll(1.0, **incast("Ethernet0", PORTS[1:5]))])
+    assert out[1] and out[1][0].kind == "incast"
+
+
+def test_incast_near_the_start_level_does_not_flap_with_noisy_readings():
+    """Once begun, an incast holds while its queue peaks past a quarter of the ECN band."""
+    sw, stage = Switch("leaf0", PORTS), Stage1()
+    levels = [900e3, 700e3, 880e3, 600e3, 750e3]
+    out = run(stage, [sw.poll(1.0)] + [sw.poll(1.0, **incast("Ethernet0", PORTS[1:5], w)) for w in levels])
+    starts = {s.start_ns for poll in out for s in poll}
+    assert out[2] and all(out[2:]) and len(starts) == 1
 
 
 def test_queue_below_ecn_threshold_is_not_incast():
