@@ -386,7 +386,7 @@ class Correlator:
                 incident.hosts |= set(ph.participants())
 
     def _resolve(self, groups: dict[str, _Group], now_ns: int) -> list[Anomaly]:
-        """Resolve incidents quiet for ``resolve_after_s`` and at least two of their polls, so that one
+        """Resolve incidents quiet for ``resolve_after_s`` and over two of their polls, so that one
         missed or calm poll at 10 s polling does not split an incident in two. An incident on a
         device inside an active storm's pause tree waits for the storm to end."""
         out = []
@@ -406,7 +406,8 @@ class Correlator:
                 continue
             if incident.quiet_since_ns is None:
                 incident.quiet_since_ns = now_ns
-            wait_ns = max(self.config.resolve_after_s * _NS, 2 * incident.interval_ns)
+            # Two and a half polls: decided between polls, never racing the next poll's symptoms.
+            wait_ns = max(self.config.resolve_after_s * _NS, 5 * incident.interval_ns // 2)
             if now_ns - incident.quiet_since_ns >= wait_ns:
                 out.append(self._anomaly(incident, "resolved", now_ns, end_ns=incident.last_ns))
                 del self._incidents[fp]
