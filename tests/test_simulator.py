@@ -400,3 +400,12 @@ def test_bad_scenarios_name_the_key_path(text: str, message: str) -> None:
     with pytest.raises(ScenarioError) as err:
         load_scenario(text)
     assert message in str(err.value)
+
+
+def test_a_fault_can_name_a_nic_by_its_id(tmp_path):
+    """Faults on multi-NIC hosts name the NIC (`h013/mlx5_5`), not only the host."""
+    text = (SCENARIOS / "pfc_storm.yaml").read_text().replace("root: h003", "root: h003/mlx5_0")
+    trace = tmp_path / "nic.trace"
+    simulate(load_scenario(text, {"duration": 25}), trace)
+    (label,) = read_labels(trace)
+    assert label.root.device == "h003/mlx5_0"

@@ -87,7 +87,7 @@ class Fabric:
 
     def nic_index(self, name: str) -> int:
         """A NIC by id, or a host's first NIC by host name."""
-        if "-" not in name:
+        if "/" not in name:
             name = f"{name}/mlx5_0"
         return self.nics.index(name)
 
