@@ -1,6 +1,7 @@
 """Stage 2: symptoms of many devices, phases and topology in; incidents with a lifecycle out.
 
-One incident per root cause, not one per symptom: every port in a PFC storm's pause tree walks back
+One incident per root cause, not one per symptom (and a learned outlier on a device a rule
+incident already explains is not another incident): every port in a PFC storm's pause tree walks back
 (link peer by link peer, through devices that are themselves paused) to the port that pauses others
 without being paused, and they all join the incident of that root. Incast and ECMP incidents name
 the job and collective whose phases were running on the hosts involved.
@@ -39,6 +40,10 @@ _HINTS = {
     ),
 }
 _TREE_EDGES_SHOWN = 12
+_LINK_ERRORS = frozenset({"symbol_errors", "rx_errors", "link_error_recovery", "link_downed"})
+_RETRANSMISSIONS = frozenset(
+    {"out_of_sequence", "packet_seq_err", "implied_nak_seq_err", "local_ack_timeout_err"}
+)
 _MANY_TO_ONE = ("Reduce", "AllToAll", "Recv", "SendRecv", "ReduceScatter", "AllGather")
 
 SymptomKey = tuple[str, str, str, int | None, str]
@@ -96,6 +101,7 @@ class Correlator:
         self._prune_at = 1024
         self._storm_roots: dict[SymptomKey, RootCause] = {}
         self._pending: dict[str, int] = {}
+        self._echoes: dict[str, str] = {}
 
     def set_fabric(self, fabric: FabricMap) -> None:
         self.fabric = fabric
@@ -147,8 +153,18 @@ class Correlator:
         poll: within a poll, the devices' snapshots arrive in any order, and a port paused by a
         switch whose own paused port is not in yet would name that switch as root. Once its
         symptom is in, the port re-homes and the false root never fires. A NIC root, the common
-        case, fires at once."""
-        if group.kind != "pfc_storm" or self.fabric.is_nic(group.root.device):
+        case, fires at once. So does a learned outlier, unless all it shows is retransmissions: those
+        wait a poll for the lossy link they may echo."""
+        if group.kind == "pfc_storm":
+            waits = not self.fabric.is_nic(group.root.device)
+        else:
+            # Retransmissions alone may be a lossy link's echo whose source has not reported yet.
+            waits = (
+                group.kind == "outlier"
+                and bool(_outlier_features(group))
+                and _outlier_features(group) <= _RETRANSMISSIONS
+            )
+        if not waits:
             return True
         first = self._pending.setdefault(fp, now_ns)
         return now_ns - first >= group.interval_ns
@@ -170,6 +186,9 @@ class Correlator:
         groups: dict[str, _Group] = {}
         storming = {(k[1], k[2]) for k in self._active if k[0] == "pfc_storm"}
         paused_devices = {d for d, _ in storming}
+        explained = {
+            d for i in self._incidents.values() if i.kind != "outlier" for d in (*i.devices, i.root.device)
+        }
         for key, seen in self._active.items():
             sym = seen.symptom
             if key[0] == "pfc_storm":
@@ -181,7 +200,9 @@ class Correlator:
             elif key[0] == "ecmp_imbalance":
                 kind, root = "ecmp_collapse", RootCause(sym.device, group=sym.group)
             elif key[0] == "outlier":
-                kind, root = "outlier", RootCause(sym.device, sym.port)
+                kind, root = "outlier", self._outlier_root(sym)
+                if {sym.device, root.device} & explained:
+                    continue
             else:
                 continue
             group = groups.setdefault(fingerprint(kind, root), _Group(kind, root))
@@ -189,7 +210,58 @@ class Correlator:
         for group in groups.values():
             if group.kind == "incast":
                 group.root = self._first_rail(group)
+        self._fold_retransmission_echoes(groups)
         return groups
+
+    def _fold_retransmission_echoes(self, groups: dict[str, _Group]) -> None:
+        """A lossy link makes its peers retransmit: NICs whose only oddity is retransmissions
+        (out-of-sequence, NAKs, ack timeouts) while a job they share runs on a host with link errors
+        are that link's echo, part of its incident rather than incidents of their own."""
+        lossy = {
+            self.fabric.host_of(g.root.device): fp
+            for fp, g in groups.items()
+            if g.kind == "outlier" and _outlier_features(g) & _LINK_ERRORS
+        }
+        self._echoes = {e: t for e, t in self._echoes.items() if t in self._incidents or t in lossy.values()}
+        for fp, group in list(groups.items()):
+            if group.kind != "outlier" or fp in lossy.values():
+                continue
+            target = self._echoes.get(fp) or self._echo_source(group, lossy)
+            if target is None:
+                continue
+            # Sticky, like storm membership: the echo may outlast the errors that caused it.
+            self._echoes[fp] = target
+            into = groups.setdefault(
+                target,
+                _Group("outlier", self._incidents[target].root if target in self._incidents else group.root),
+            )
+            into.members.extend(group.members)
+            into.interval_ns = max(into.interval_ns, group.interval_ns)
+            del groups[fp]
+
+    def _echo_source(self, group: _Group, lossy: dict[str, str]) -> str | None:
+        """The lossy link's incident this retransmission-only group echoes, if any."""
+        features = _outlier_features(group)
+        if not lossy or not features or not features <= _RETRANSMISSIONS:
+            return None
+        host = self.fabric.host_of(group.root.device)
+        now = max(m.ts_ns for m in group.members)
+        peers = sorted(self._hosts_sharing_a_phase(host, now) & lossy.keys())
+        return lossy[peers[0]] if peers else None
+
+    def _hosts_sharing_a_phase(self, host: str, at_ns: int) -> set[str]:
+        running = (
+            ph for ph in self._phases if ph.begin_ns <= at_ns and (ph.end_ns is None or ph.end_ns >= at_ns)
+        )
+        return {h for ph in running if host in (parts := set(ph.participants())) for h in parts} - {host}
+
+    def _outlier_root(self, sym: Symptom) -> RootCause:
+        """A link is one thing with two ends: an outlier on a host-facing switch port is rooted at
+        the NIC behind it, where the other end's symptom (a lossy cable, a slowed NIC) lands too."""
+        peer = self.fabric.peer(sym.device, sym.port)
+        if peer is not None and self.fabric.is_nic(peer[0]):
+            return RootCause(peer[0], peer[1])
+        return RootCause(sym.device, sym.port)
 
     def _incast_identity(self, sym: Symptom) -> RootCause:
         """An incast is into a host: a host with a NIC per rail is congested on every rail's leaf
@@ -268,7 +340,7 @@ class Correlator:
         elif incident.kind == "ecmp_collapse":
             self._describe_ecmp(incident, latest)
         else:
-            self._describe_outlier(incident, latest)
+            self._describe_outlier(incident, group)
 
     def _describe_storm(self, incident: _Incident, members: list[Symptom]) -> None:
         root = incident.root
@@ -341,13 +413,19 @@ class Correlator:
             f"max/mean {latest.evidence.get('max_over_mean')} ({latest.evidence.get('shares')}){job}"
         )
 
-    def _describe_outlier(self, incident: _Incident, latest: Symptom) -> None:
+    def _describe_outlier(self, incident: _Incident, group: _Group) -> None:
+        own = [m for m in group.members if self._outlier_root(m) == incident.root]
+        latest = max(own or group.members, key=lambda m: m.ts_ns)
         root = incident.root
         host = self.fabric.host_of(root.device)
         if host != root.device:
             incident.hosts.add(host)
         self._attach_jobs(incident, incident.hosts, incident.start_ns)
         features = latest.evidence.get("features", "")
+        echoes = sorted({self.fabric.host_of(m.device) for m in group.members if m not in own})
+        if echoes:
+            incident.evidence["retransmitting_peers"] = _capped(echoes)
+            incident.hosts |= set(echoes)
         incident.summary = f"Unusual counters on {root.device} {root.port}: {features}".rstrip(": ")
 
     def _attach_jobs(
@@ -445,6 +523,12 @@ class Correlator:
 def fingerprint(kind: str, root: RootCause) -> str:
     ident = f"{kind}|{root.device}|{root.port}|{root.priority}|{root.group}"
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
+
+
+def _outlier_features(group: _Group) -> set[str]:
+    """Counter names behind a group's outlier evidence (``"out_of_sequence/rx_packets 100 ppm, ..."``)."""
+    text = ", ".join(str(m.evidence.get("features", "")) for m in group.members)
+    return {part.strip().split(" ")[0].split("/")[0] for part in text.split(",") if part.strip()}
 
 
 def _capped(names: list[str], shown: int = 8) -> str:

@@ -8,13 +8,14 @@ from detectors.ecmp import EcmpDetector
 from detectors.fabric import FabricMap
 from detectors.incast import IncastDetector
 from detectors.nic_congestion import NicCongestion
+from detectors.outliers import OutlierStage
 from detectors.pfc_storm import NicPauseStorm, PfcWatchdog
 from detectors.rates import RateEngine, RateFrame
 from schemas.messages import Snapshot, Symptom, Topology
 
 
 class Stage1:
-    def __init__(self, config: DetectorConfig | None = None) -> None:
+    def __init__(self, config: DetectorConfig | None = None, outliers: OutlierStage | None = None) -> None:
         self.config = config or DetectorConfig()
         self.rates = RateEngine()
         self.fabric = FabricMap(None, self.config.default_link_gbps)
@@ -23,6 +24,7 @@ class Stage1:
         self._incast = IncastDetector(self.config.incast)
         self._ecmp = EcmpDetector(self.config.ecmp)
         self._nic = NicCongestion()
+        self._outliers = outliers
 
     def set_topology(self, topology: Topology) -> None:
         self.fabric = FabricMap(topology, self.config.default_link_gbps)
@@ -39,4 +41,13 @@ class Stage1:
         else:
             symptoms += self._nic_pause.update(frame)
             symptoms += self._nic.update(frame)
+        if self._outliers is not None:
+            edge = (
+                self.fabric.host_facing(frame.device, frame.ports) if frame.device_kind == "switch" else None
+            )
+            symptoms += self._outliers.update(frame, line, edge)
         return frame, symptoms
+
+    def flush(self) -> list[Symptom]:
+        """Symptoms the learned outlier detector held back for batch scoring; call once per tick."""
+        return self._outliers.flush() if self._outliers is not None else []

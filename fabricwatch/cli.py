@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -10,15 +11,18 @@ import tempfile
 import time
 from importlib import resources
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from detectors.config import ConfigError, load_config
+from detectors.config import ConfigError, DetectorConfig, load_config
 from fabricwatch import console
 from fabricwatch.pipeline import Pipeline
 from fabricwatch.replay import replay_trace
 from schemas import topics
 from schemas.messages import Anomaly, encode
 from schemas.trace import TraceFormatError, TraceWriter
+
+if TYPE_CHECKING:
+    from detectors.outliers import OutlierDetector
 
 
 def default_scenario() -> Path:
@@ -52,9 +56,16 @@ def main(argv: list[str] | None = None) -> int:
     col.add_argument("--host", default=None, help="host name in device ids (default: this host's)")
     col.add_argument("--no-ethtool", action="store_true", help="sysfs counters only (no PFC counters)")
 
+    tr = sub.add_parser("train", help="fit the learned outlier model on baseline (healthy) traces")
+    tr.add_argument("traces", type=Path, nargs="+", metavar="TRACE")
+    tr.add_argument("--out", type=Path, required=True, help="model file to write")
+    tr.add_argument("--minutes", type=float, default=None, help="only the first M minutes of each trace")
+    tr.add_argument("--config", type=Path, default=None, help="YAML with a detectors: section")
+
     ev = sub.add_parser("evaluate", help="score the detectors on labelled scenarios")
     ev.add_argument("scenarios", type=Path, nargs="+", metavar="SCENARIO_OR_DIR", help="a dir: its *.yaml")
     ev.add_argument("--config", type=Path, default=None, help="YAML with a detectors: section")
+    ev.add_argument("--model", type=Path, default=None, help="also run (and score) the learned outlier model")
     ev.add_argument("--seed", type=int, default=None, help="override every scenario's seed")
     ev.add_argument("--json", action="store_true", help="print the report as one JSON document")
     ev.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: CPUs)")
@@ -71,6 +82,10 @@ def _detection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, default=None, help="YAML with a detectors: section")
     p.add_argument("--json", action="store_true", help="print anomaly events as JSON lines instead")
     p.add_argument("--quiet", action="store_true", help="only the summary tables")
+    p.add_argument("--model", type=Path, default=None, help="learned outlier model (fabricwatch train)")
+    p.add_argument(
+        "--train-minutes", type=float, default=None, help="learn outliers from the trace's first M minutes"
+    )
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -115,7 +130,9 @@ def replay(path: Path, args: argparse.Namespace) -> int:
             elif not args.quiet:
                 console.print_event(a, out)
 
-    result = replay_trace(path, Pipeline(load_config(args.config)), show, malformed)
+    config = load_config(args.config)
+    outliers = _outlier_detector(path, args, config)
+    result = replay_trace(path, Pipeline(config, outliers=outliers), show, malformed)
     pipeline = result.pipeline
     for dl in pipeline.dead_letters:
         print(f"{dl.where}: dead letter ({dl.topic}): {dl.reason}", file=sys.stderr)
@@ -163,7 +180,13 @@ def _warn(text: str) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """Exit 1 when a threshold fails, so CI can gate on the suite; usage and config errors exit 2."""
-    from fabricwatch.evaluate import ScenarioResult, run_suite, scenario_paths
+    from fabricwatch.evaluate import (
+        RULE_KINDS,
+        ScenarioResult,
+        pipeline_with_model,
+        run_suite,
+        scenario_paths,
+    )
 
     paths = scenario_paths(args.scenarios)
     config = load_config(args.config)
@@ -179,7 +202,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
 
-    report = run_suite(paths, config, args.seed, workers=args.jobs, on_result=progress)
+    factory, kinds = Pipeline, RULE_KINDS
+    if args.model is not None:
+        factory, kinds = functools.partial(pipeline_with_model, args.model), RULE_KINDS | {"outlier"}
+    report = run_suite(paths, config, args.seed, factory, kinds, workers=args.jobs, on_result=progress)
     if args.json:
         json.dump(report.to_json(), sys.stdout, indent=2)
         print()
@@ -188,12 +214,52 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
+def _outlier_detector(path: Path, args: argparse.Namespace, config: DetectorConfig) -> OutlierDetector | None:
+    """The learned outlier detector when a model is given or learned; none otherwise (no cost,
+    scikit-learn not even imported)."""
+    if args.model is None and args.train_minutes is None:
+        return None
+    from detectors.outliers import OutlierDetector, OutlierModel
+    from fabricwatch.train import train_outliers
+
+    if args.model is not None and args.train_minutes is not None:
+        raise ValueError("--model and --train-minutes: give one of them")
+    if args.model is not None:
+        return OutlierDetector(OutlierModel.load(args.model), config.outliers)
+    if args.train_minutes is not None:
+        return OutlierDetector(train_outliers([path], config, args.train_minutes), config.outliers)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from fabricwatch.train import train_outliers
+
+    config = load_config(args.config)
+    started = time.perf_counter()
+    model = train_outliers(args.traces, config, args.minutes)
+    if not model.classes:
+        raise ValueError(f"no port class had enough baseline rows: {model.meta['skipped_classes']}")
+    model.save(args.out)
+    thresholds = model.thresholds(config.outliers.threshold_quantile)
+    for name, m in model.classes.items():
+        print(
+            f"{name}: {m.rows} rows, {len(m.features)} features, "
+            f"threshold {thresholds[name]:.4f} at quantile {config.outliers.threshold_quantile}"
+        )
+    for name, why in model.meta["skipped_classes"].items():
+        print(f"{name}: not trained ({why})")
+    print(
+        f"wrote {args.out} ({args.out.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - started:.1f} s"
+    )
+    return 0
+
+
 _COMMANDS = {
     "simulate": cmd_simulate,
     "replay": cmd_replay,
     "demo": cmd_demo,
     "collect": cmd_collect,
     "evaluate": cmd_evaluate,
+    "train": cmd_train,
 }
 
 

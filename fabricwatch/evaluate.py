@@ -219,6 +219,14 @@ def scenario_paths(args: list[Path]) -> list[Path]:
     return paths
 
 
+def pipeline_with_model(model_path: Path, config: DetectorConfig) -> Pipeline:
+    """A pipeline running the learned outlier detector too (bind ``model_path`` with functools.partial:
+    each worker process loads the model itself)."""
+    from detectors.outliers import OutlierDetector, OutlierModel
+
+    return Pipeline(config, outliers=OutlierDetector(OutlierModel.load(model_path), config.outliers))
+
+
 def run_suite(
     paths: list[Path],
     config: DetectorConfig | None = None,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from detectors.config import DetectorConfig
 from detectors.fabric import FabricMap
 from detectors.incidents import Correlator
+from detectors.outliers import OutlierStage
 from detectors.stage1 import Stage1
 from schemas import topics
 from schemas.messages import Anomaly, DecodeError, Label, Phase, Snapshot, Topology, decode
@@ -45,14 +46,15 @@ class PipelineStats:
 @dataclass
 class Pipeline:
     config: DetectorConfig = field(default_factory=DetectorConfig)
-    tick_s: float = 0.1
+    tick_s: float = 0.02
     stats: PipelineStats = field(default_factory=PipelineStats)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     labels: list[Label] = field(default_factory=list)
     max_dead_letters_kept: int = 1000
+    outliers: OutlierStage | None = None
 
     def __post_init__(self) -> None:
-        self.stage1 = Stage1(self.config)
+        self.stage1 = Stage1(self.config, self.outliers)
         self.stage2 = Correlator(self.config.incidents)
         self._next_tick_ns: int | None = None
         self._now_ns = 0
@@ -106,6 +108,10 @@ class Pipeline:
         return self._tick(self._now_ns)
 
     def _tick(self, now_ns: int) -> list[Anomaly]:
+        held = self.stage1.flush()
+        self.stats.symptoms += len(held)
+        for s in held:
+            self.stage2.on_symptom(s)
         anomalies = self.stage2.tick(now_ns)
         self.stats.anomalies += len(anomalies)
         return anomalies
