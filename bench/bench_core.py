@@ -6,7 +6,10 @@ core. Then, in a second pass under tracemalloc, measures what the pipeline's sta
 and at the half-way point: state that grows with the number of ports only is the same at both
 points, and the same per port at two fabric sizes. Prints JSON lines.
 
-    python bench/bench_core.py [--scenario FILE ...] [--duration S]
+    python bench/bench_core.py [--scenario FILE ...] [--duration S] [--model MODEL]
+
+Without --scenario it runs the suite's largest fabric (1,024 hosts). With --model it runs each
+scenario twice, without and with learned-outlier scoring, in the same process.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
+from detectors.config import DetectorConfig
 from fabricwatch.pipeline import Pipeline
 from ingest.simulator import load_scenario, simulate
 from schemas.trace import TraceReader
@@ -39,8 +43,17 @@ def chunks(trace: Path) -> Iterator[list[tuple[str, int, bytes]]]:
             yield batch
 
 
-def throughput(trace: Path) -> tuple[Pipeline, float]:
-    pipeline, core_s = Pipeline(), 0.0
+def new_pipeline(model: Path | None) -> Pipeline:
+    if model is None:
+        return Pipeline()
+    from detectors.outliers import OutlierDetector, OutlierModel
+
+    config = DetectorConfig()
+    return Pipeline(config, outliers=OutlierDetector(OutlierModel.load(model), config.outliers))
+
+
+def throughput(trace: Path, model: Path | None) -> tuple[Pipeline, float]:
+    pipeline, core_s = new_pipeline(model), 0.0
     for batch in chunks(trace):
         feed = pipeline.feed
         start = time.perf_counter()
@@ -52,11 +65,11 @@ def throughput(trace: Path) -> tuple[Pipeline, float]:
     return pipeline, core_s + time.perf_counter() - start
 
 
-def state_bytes(trace: Path, records: int) -> tuple[int, int]:
+def state_bytes(trace: Path, records: int, model: Path | None) -> tuple[int, int]:
     """Traced memory held by the pipeline half-way and at the end of the trace."""
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
-    pipeline, n, half, batch = Pipeline(), 0, 0, []
+    pipeline, n, half, batch = new_pipeline(model), 0, 0, []
     for batch in chunks(trace):
         for topic, ts, value in batch:
             pipeline.feed(topic, ts, value)
@@ -79,19 +92,20 @@ def ports_of(pipeline: Pipeline) -> int:
     return sum(len(s.ports) for s in pipeline.stage1.rates._devices.values())
 
 
-def run(scenario_path: Path, duration: float | None) -> dict:
+def run(scenario_path: Path, duration: float | None, model: Path | None) -> dict:
     overrides = {"duration": duration} if duration else None
     scenario = load_scenario(scenario_path, overrides)
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "core.trace"
         simulate(scenario, trace)
-        pipeline, core_s = throughput(trace)
+        pipeline, core_s = throughput(trace, model)
         s = pipeline.stats
         ports = ports_of(pipeline)
-        half, end = state_bytes(trace, s.records)
+        half, end = state_bytes(trace, s.records, model)
     return {
         "bench": "core",
         "scenario": scenario.name,
+        "outlier_model": model is not None,
         "simulated_s": scenario.duration,
         "devices": len(pipeline.stage1.rates._devices),
         "ports": ports,
@@ -113,9 +127,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scenario", type=Path, action="append", default=None)
     parser.add_argument("--duration", type=float, default=None, help="override the scenarios' duration (s)")
+    parser.add_argument("--model", type=Path, default=None, help="score with this outlier model too")
     args = parser.parse_args()
-    for path in args.scenario or [SCENARIOS / "demo.yaml", SCENARIOS / "large.yaml"]:
-        print(json.dumps(run(path, args.duration)), flush=True)
+    for path in args.scenario or [SCENARIOS / "eval" / "all_faults_1024h.yaml"]:
+        print(json.dumps(run(path, args.duration, None)), flush=True)
+        if args.model is not None:
+            print(json.dumps(run(path, args.duration, args.model)), flush=True)
 
 
 if __name__ == "__main__":
