@@ -23,6 +23,7 @@ from schemas.trace import TraceFormatError, TraceWriter
 
 if TYPE_CHECKING:
     from detectors.outliers import OutlierDetector
+    from streams.kafka_io import BrokerSettings
 
 
 def default_scenario() -> Path:
@@ -41,6 +42,27 @@ def main(argv: list[str] | None = None) -> int:
     rep = sub.add_parser("replay", help="replay a trace through the detection pipeline in process")
     rep.add_argument("trace", type=Path)
     _detection_options(rep)
+    rep.add_argument("--broker", default=None, help="publish the trace to this Kafka (HOST:PORT) instead")
+    rep.add_argument(
+        "--speed", type=float, default=0.0, help="with --broker: 1 = original pace, N = N x faster, 0 = max"
+    )
+    rep.add_argument(
+        "--broker-config", type=Path, default=None, help="YAML with a broker: section (SASL/TLS)"
+    )
+
+    rec = sub.add_parser("record", help="record broker topics into a trace file")
+    rec.add_argument("--broker", default=None, help="Kafka bootstrap HOST:PORT (or FABRICWATCH_BROKER)")
+    rec.add_argument(
+        "--broker-config", type=Path, default=None, help="YAML with a broker: section (SASL/TLS)"
+    )
+    rec.add_argument("--out", type=Path, required=True, help="trace file to write (.gz to compress)")
+    rec.add_argument(
+        "--topic", action="append", default=None, help="topic to record (repeatable; default all)"
+    )
+    rec.add_argument(
+        "--idle", type=float, default=10.0, help="stop after this many seconds without a message"
+    )
+    rec.add_argument("--max-records", type=int, default=None)
 
     demo = sub.add_parser("demo", help="simulate the demo scenario and replay it (no broker, no server)")
     demo.add_argument("--scenario", type=Path, default=None)
@@ -76,6 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, TraceFormatError, ValueError, OSError) as exc:
         print(f"fabricwatch {args.command}: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        if type(exc).__module__.startswith("kafka"):  # NoBrokersAvailable and kin: say which broker
+            print(
+                f"fabricwatch {args.command}: broker {getattr(args, 'broker', '')}: {exc!r}", file=sys.stderr
+            )
+            return 2
+        raise
 
 
 def _detection_options(p: argparse.ArgumentParser) -> None:
@@ -106,7 +135,41 @@ def _simulate(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    return replay(args.trace, args)
+    if args.broker is None:
+        return replay(args.trace, args)
+    from fabricwatch.broker_replay import publish_trace
+
+    result = publish_trace(args.trace, _broker_settings(args), args.speed)
+    st = result.stats
+    print(
+        f"published {result.records} records from {args.trace} in {result.wall_s:.1f} s: "
+        f"{st.acked} acknowledged, {st.failed} failed, {st.dropped} dropped; "
+        f"{result.skipped_labels} labels kept out of the broker"
+    )
+    if st.last_error:
+        print(f"last error: {st.last_error}", file=sys.stderr)
+    return 0 if st.failed == st.dropped == 0 else 1
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from fabricwatch.broker_replay import record_topics
+    from streams.kafka_io import DEFAULT_PARTITIONS
+
+    names = args.topic or list(DEFAULT_PARTITIONS)
+    count = record_topics(_broker_settings(args), args.out, names, args.idle, args.max_records)
+    print(f"wrote {args.out}: {count} records from {', '.join(names)}")
+    return 0
+
+
+def _broker_settings(args: argparse.Namespace) -> BrokerSettings:
+    from streams.kafka_io import load_broker_settings
+
+    settings = load_broker_settings(args.broker_config)
+    if args.broker:
+        settings = settings.with_bootstrap(args.broker)
+    if not settings.bootstrap:
+        raise ValueError("no broker: give --broker HOST:PORT or set FABRICWATCH_BROKER")
+    return settings
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -260,6 +323,7 @@ _COMMANDS = {
     "collect": cmd_collect,
     "evaluate": cmd_evaluate,
     "train": cmd_train,
+    "record": cmd_record,
 }
 
 

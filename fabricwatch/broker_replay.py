@@ -1,0 +1,90 @@
+"""Trace files to and from a broker: ``replay --broker`` publishes, ``record`` consumes.
+
+Replay paces records by their trace time: at the original pace (``speed`` 1), N times faster, or as
+fast as the broker takes them (``speed`` 0). Labels are ground truth for scoring, never traffic: they
+stay in the file. Record writes what it consumes in consumption order (each partition's order is
+kept, which is the order that matters: one device, one partition) with the broker's timestamps.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from schemas import topics
+from schemas.trace import TraceReader, TraceWriter
+from streams.kafka_io import BrokerSettings, Publisher, PublisherStats, ensure_topics
+
+TRAFFIC = [topics.TOPOLOGY, topics.PHASES, topics.COUNTERS]
+
+
+@dataclass
+class PublishResult:
+    records: int
+    skipped_labels: int
+    malformed_lines: int
+    wall_s: float
+    stats: PublisherStats
+
+
+def publish_trace(path: Path, settings: BrokerSettings, speed: float = 0.0) -> PublishResult:
+    ensure_topics(settings)
+    publisher = Publisher(settings)
+    records = labels = 0
+    started = time.monotonic()
+    first_ns: int | None = None
+    try:
+        with TraceReader(path) as reader:
+            for rec in reader:
+                if rec.topic == topics.LABELS:
+                    labels += 1
+                    continue
+                first_ns = rec.ts_ns if first_ns is None else first_ns
+                if speed > 0:
+                    _wait_until(started + (rec.ts_ns - first_ns) / 1e9 / speed)
+                publisher.send(rec.topic, rec.key, rec.value(), rec.ts_ns)
+                records += 1
+            malformed = reader.malformed
+    finally:
+        publisher.close()
+    return PublishResult(records, labels, malformed, time.monotonic() - started, publisher.stats)
+
+
+def _wait_until(deadline: float) -> None:
+    delay = deadline - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def record_topics(
+    settings: BrokerSettings,
+    out: Path,
+    names: list[str],
+    idle_s: float = 5.0,
+    max_records: int | None = None,
+    from_beginning: bool = True,
+) -> int:
+    """Consume ``names`` into a trace until ``idle_s`` passes without a message (or ``max_records``)."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(
+        *names,
+        **settings.kafka_kwargs(),
+        auto_offset_reset="earliest" if from_beginning else "latest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=int(idle_s * 1000),
+    )
+    count = 0
+    meta = {"topics": names, "bootstrap": settings.bootstrap}
+    try:
+        with TraceWriter(out, "record", time.time_ns(), meta) as writer:
+            for msg in consumer:
+                key = msg.key.decode(errors="replace") if msg.key is not None else None
+                writer.write(msg.topic, key, msg.timestamp * 1_000_000, msg.value)
+                count += 1
+                if max_records is not None and count >= max_records:
+                    break
+    finally:
+        consumer.close()
+    return count

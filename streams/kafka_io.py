@@ -1,0 +1,200 @@
+"""Kafka plumbing shared by every command that talks to a broker: settings, topics, a publisher.
+
+Settings come from a config file's ``broker:`` section and the environment (environment wins, so a
+Kubernetes secret can supply the password); a secret is never logged or printed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from schemas import topics
+
+DEFAULT_PARTITIONS = {
+    topics.COUNTERS: 12,
+    topics.PHASES: 3,
+    topics.TOPOLOGY: 1,
+    topics.RATES: 12,
+    topics.SYMPTOMS: 6,
+    topics.ANOMALIES: 3,
+    topics.DEADLETTER: 3,
+}
+"""Counters and rates are keyed by device and carry the volume; stage 2 reads symptoms by pod."""
+
+_ENV = {
+    "bootstrap": "FABRICWATCH_BROKER",
+    "security_protocol": "FABRICWATCH_SECURITY_PROTOCOL",
+    "sasl_mechanism": "FABRICWATCH_SASL_MECHANISM",
+    "sasl_username": "FABRICWATCH_SASL_USERNAME",
+    "sasl_password": "FABRICWATCH_SASL_PASSWORD",
+    "ssl_cafile": "FABRICWATCH_SSL_CAFILE",
+}
+
+
+class BrokerSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    bootstrap: str = ""
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    ssl_cafile: str | None = None
+    connect_timeout_s: float = 10.0
+    partitions: dict[str, int] = msgspec.field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"BrokerSettings(bootstrap={self.bootstrap!r}, security_protocol={self.security_protocol!r})"
+
+    def with_bootstrap(self, bootstrap: str) -> BrokerSettings:
+        return msgspec.structs.replace(self, bootstrap=bootstrap)
+
+    def kafka_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for kafka-python clients."""
+        kw: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap.split(","),
+            "security_protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism:
+            kw.update(
+                sasl_mechanism=self.sasl_mechanism,
+                sasl_plain_username=self.sasl_username,
+                sasl_plain_password=self.sasl_password,
+            )
+        if self.ssl_cafile:
+            kw["ssl_cafile"] = self.ssl_cafile
+        return kw
+
+    def partitions_of(self, topic: str) -> int:
+        return self.partitions.get(topic, DEFAULT_PARTITIONS.get(topic, 1))
+
+
+def load_broker_settings(path: Path | None = None, environ: dict[str, str] | None = None) -> BrokerSettings:
+    """The ``broker:`` section of a YAML config (optional), overridden by FABRICWATCH_* variables."""
+    import yaml
+
+    from detectors.config import ConfigError
+
+    environ = dict(os.environ) if environ is None else environ
+    section: dict[str, Any] = {}
+    if path is not None:
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        section = dict(doc.get("broker") or {}) if isinstance(doc, dict) else {}
+    section.update({key: environ[var] for key, var in _ENV.items() if environ.get(var)})
+    try:
+        return msgspec.convert(section, BrokerSettings)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"broker settings: {exc}") from None
+
+
+def ensure_topics(settings: BrokerSettings, names: list[str] | None = None) -> list[str]:
+    """Create the missing topics with their partition counts; return the ones created. Idempotent."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    wanted = names or list(DEFAULT_PARTITIONS)
+    admin = KafkaAdminClient(
+        **settings.kafka_kwargs(), bootstrap_timeout_ms=int(settings.connect_timeout_s * 1000)
+    )
+    try:
+        missing = sorted(set(wanted) - set(admin.list_topics()))
+        if missing:
+            admin.create_topics([NewTopic(t, settings.partitions_of(t), 1) for t in missing])
+        return missing
+    finally:
+        admin.close()
+
+
+@dataclass
+class PublisherStats:
+    sent: int = 0
+    acked: int = 0
+    failed: int = 0
+    dropped: int = 0
+    last_error: str = ""
+    failures_by_topic: dict[str, int] = field(default_factory=dict)
+
+
+class Publisher:
+    """kafka-python producer tuned for device snapshots: batches of hundreds of KB compress well;
+    bytes not yet acknowledged are bounded (kafka-python 3 has no buffer limit of its own), so when
+    the broker is away ``send`` blocks for up to ``max_block_s`` (backpressure) and then drops, and
+    every message that is not delivered is counted, never lost silently."""
+
+    def __init__(
+        self,
+        settings: BrokerSettings,
+        linger_ms: int = 20,
+        batch_size: int = 512 * 1024,
+        compression: str | None = "gzip",
+        max_unacked_bytes: int = 64 * 1024 * 1024,
+        max_block_s: float = 30.0,
+    ) -> None:
+        from kafka import KafkaProducer
+
+        self.stats = PublisherStats()
+        self.max_unacked_bytes = max_unacked_bytes
+        self.max_block_s = max_block_s
+        self._unacked = 0
+        self._lock = threading.Lock()
+        self._producer = KafkaProducer(
+            **settings.kafka_kwargs(),
+            linger_ms=linger_ms,
+            batch_size=batch_size,
+            compression_type=compression,
+            max_block_ms=int(max_block_s * 1000),
+            max_request_size=8 * 1024 * 1024,
+            acks="all",
+            retries=5,
+        )
+
+    def send(self, topic: str, key: str | None, value: bytes, ts_ns: int | None = None) -> None:
+        from kafka.errors import KafkaError
+
+        if self._unacked + len(value) > self.max_unacked_bytes:
+            self._producer.flush(timeout=self.max_block_s)
+        if self._unacked + len(value) > self.max_unacked_bytes:
+            self._drop(topic, f"{self._unacked} bytes still unacknowledged after {self.max_block_s} s")
+            return
+        try:
+            future = self._producer.send(
+                topic,
+                key=key.encode() if key is not None else None,
+                value=value,
+                timestamp_ms=ts_ns // 1_000_000 if ts_ns is not None else None,
+            )
+        except KafkaError as exc:  # metadata unavailable past max_block, message too large, ...
+            self._drop(topic, f"{type(exc).__name__}: {exc}")
+            return
+        with self._lock:
+            self._unacked += len(value)
+        self.stats.sent += 1
+        future.add_callback(self._acked, len(value))
+        future.add_errback(self._failed, topic, len(value))
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        self._producer.flush(timeout=timeout_s)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        self._producer.flush(timeout=timeout_s)
+        self._producer.close(timeout=timeout_s)
+
+    def _drop(self, topic: str, why: str) -> None:
+        self.stats.dropped += 1
+        self.stats.last_error = f"{topic}: {why}"
+
+    def _acked(self, size: int, _metadata: object) -> None:
+        with self._lock:
+            self._unacked -= size
+            self.stats.acked += 1
+
+    def _failed(self, topic: str, size: int, exc: BaseException) -> None:
+        with self._lock:
+            self._unacked -= size
+            self.stats.failed += 1
+            self.stats.failures_by_topic[topic] = self.stats.failures_by_topic.get(topic, 0) + 1
+            self.stats.last_error = f"{topic}: {type(exc).__name__}: {exc}"
