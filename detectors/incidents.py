@@ -169,9 +169,6 @@ class Correlator:
         first = self._pending.setdefault(fp, now_ns)
         return now_ns - first >= group.interval_ns
 
-    def open_incidents(self) -> int:
-        return len(self._incidents)
-
     def _expire(self, now_ns: int) -> None:
         """Forget symptoms whose device stopped reporting (collector gone): they cannot clear."""
         stale = [k for k, s in self._active.items() if now_ns - s.symptom.ts_ns > 3 * max(s.interval_ns, _NS)]
