@@ -9,7 +9,7 @@ overlaps no label is a false alert; benign look-alike labels never match anythin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from schemas.messages import Anomaly, Label, RootCause
 
@@ -27,15 +27,20 @@ class Incident:
 
 
 @dataclass
-class KindScore:
-    kind: str
+class Counts:
+    """What scoring counts, for one kind in one run or summed over many (``add``)."""
+
     labels: int = 0
     incidents: int = 0
     true_incidents: int = 0
     duplicates: int = 0
     detected: int = 0
     localised: int = 0
-    delays_s: list[float] = field(default_factory=list)
+
+    @property
+    def false_alerts(self) -> int:
+        """Incidents that overlap no label of their kind (duplicates of a real fault excluded)."""
+        return self.incidents - self.true_incidents - self.duplicates
 
     @property
     def precision(self) -> float | None:
@@ -48,6 +53,19 @@ class KindScore:
     @property
     def localisation(self) -> float | None:
         return self.localised / self.detected if self.detected else None
+
+    def counts(self) -> Counts:
+        return Counts(**{f.name: getattr(self, f.name) for f in fields(Counts)})
+
+    def add(self, other: Counts) -> None:
+        for f in fields(Counts):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+@dataclass
+class KindScore(Counts):
+    kind: str = ""
+    delays_s: list[float] = field(default_factory=list)
 
     @property
     def delay_max_s(self) -> float | None:
@@ -89,7 +107,7 @@ def evaluate(anomalies: list[Anomaly], labels: list[Label], poll_s: float, durat
     credited: set[int] = set()
     overlapping: set[int] = set()
     for lb in faults:
-        score = kinds.setdefault(lb.kind, KindScore(lb.kind))
+        score = kinds.setdefault(lb.kind, KindScore(kind=lb.kind))
         score.labels += 1
         hits = [
             i
@@ -108,7 +126,7 @@ def evaluate(anomalies: list[Anomaly], labels: list[Label], poll_s: float, durat
         first = min(incidents[i].first_alert_ns for i in hits)
         score.delays_s.append(max(0.0, (first - lb.start_ns) / _NS))
     for i, inc in enumerate(incidents):
-        score = kinds.setdefault(inc.kind, KindScore(inc.kind))
+        score = kinds.setdefault(inc.kind, KindScore(kind=inc.kind))
         score.incidents += 1
         score.true_incidents += i in credited
         score.duplicates += i in overlapping and i not in credited

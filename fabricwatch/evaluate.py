@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from detectors.config import DetectorConfig
-from detectors.evaluation import Evaluation, Incident, evaluate, incidents_of
+from detectors.evaluation import Counts, Evaluation, Incident, evaluate, incidents_of
 from fabricwatch.pipeline import Pipeline
 from fabricwatch.replay import replay_trace
 from ingest.simulator import Scenario, load_scenario, simulate
@@ -101,17 +101,6 @@ class FalseAlert:
 
 
 @dataclass
-class KindCounts:
-    labels: int = 0
-    incidents: int = 0
-    true_incidents: int = 0
-    duplicates: int = 0
-    detected: int = 0
-    localised: int = 0
-    false_alerts: int = 0
-
-
-@dataclass
 class ScenarioResult:
     path: str
     name: str
@@ -121,7 +110,7 @@ class ScenarioResult:
     duration_s: float
     benign_only: bool
     wall_s: float
-    kinds: dict[str, KindCounts]
+    kinds: dict[str, Counts]
     labels: list[LabelResult]
     false_alerts: list[FalseAlert]
 
@@ -137,7 +126,7 @@ class Check:
 @dataclass
 class KindSummary:
     kind: str
-    counts: KindCounts = field(default_factory=KindCounts)
+    counts: Counts = field(default_factory=Counts)
     delays_s: list[float] = field(default_factory=list)
     delays_polls: list[float] = field(default_factory=list)
     benign_false_alerts: int = 0
@@ -147,16 +136,15 @@ class KindSummary:
 
     @property
     def precision(self) -> float | None:
-        c = self.counts
-        return c.true_incidents / c.incidents if c.incidents else None
+        return self.counts.precision
 
     @property
     def recall(self) -> float | None:
-        return self.counts.detected / self.counts.labels if self.counts.labels else None
+        return self.counts.recall
 
     @property
     def localisation(self) -> float | None:
-        return self.counts.localised / self.counts.detected if self.counts.detected else None
+        return self.counts.localisation
 
     @property
     def false_alerts_per_hour(self) -> float | None:
@@ -317,19 +305,8 @@ class _Scorer:
     def _eval(self, anomalies: list[Anomaly], labels: list[Label]) -> Evaluation:
         return evaluate(anomalies, labels, self.poll_s, self.duration_s)
 
-    def kind_counts(self, labels: list[Label]) -> dict[str, KindCounts]:
-        counts: dict[str, KindCounts] = {}
-        for kind, s in self._eval(self.anomalies, labels).kinds.items():
-            counts[kind] = KindCounts(
-                labels=s.labels,
-                incidents=s.incidents,
-                true_incidents=s.true_incidents,
-                duplicates=s.duplicates,
-                detected=s.detected,
-                localised=s.localised,
-                false_alerts=s.incidents - s.true_incidents - s.duplicates,
-            )
-        return counts
+    def kind_counts(self, labels: list[Label]) -> dict[str, Counts]:
+        return {kind: s.counts() for kind, s in self._eval(self.anomalies, labels).kinds.items()}
 
     def label(self, lb: Label, bound_s: float | None) -> LabelResult:
         s = self._eval(self.anomalies, [lb]).kinds[lb.kind]
@@ -392,8 +369,8 @@ def _aggregate(
         total.benign_hours += hours
         for kind, c in r.kinds.items():
             s = kinds.setdefault(kind, KindSummary(kind))
-            _add(s.counts, c)
-            _add(total.counts, c)
+            s.counts.add(c)
+            total.counts.add(c)
             if r.benign_only:
                 s.benign_false_alerts += c.false_alerts
                 total.benign_false_alerts += c.false_alerts
@@ -407,11 +384,6 @@ def _aggregate(
         s.checks = _checks(s, th, results) if s.gated else []
     total.checks = [_rate_check(total, th)]
     return kinds, total
-
-
-def _add(into: KindCounts, c: KindCounts) -> None:
-    for name in vars(into):
-        setattr(into, name, getattr(into, name) + getattr(c, name))
 
 
 def _checks(s: KindSummary, th: Thresholds, results: list[ScenarioResult]) -> list[Check]:
@@ -524,6 +496,7 @@ def _summary_json(s: KindSummary) -> dict[str, Any]:
 
     return {
         **asdict(s.counts),
+        "false_alerts": s.counts.false_alerts,
         "precision": s.precision,
         "recall": s.recall,
         "localisation": s.localisation,
