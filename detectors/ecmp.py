@@ -90,7 +90,7 @@ class EcmpDetector:
                 ),
             )
 
-        return [symptom(g, True) for g in streak.active_indices()] + [symptom(g, False) for g in cleared]
+        return streak.report(cleared, symptom)
 
     def _group_index(self, frame: RateFrame, groups: list[EcmpGroup]) -> _GroupIndex:
         """Row numbers of each group's members in this device's port list, padded to a matrix."""

@@ -88,7 +88,7 @@ class IncastDetector:
                 ),
             )
 
-        return [symptom(i, True) for i in streak.active_indices()] + [symptom(i, False) for i in cleared]
+        return streak.report(cleared, symptom)
 
     def _congested_throughout(
         self,

@@ -50,4 +50,4 @@ class NicCongestion:
                 evidence=evidence(1, **found),
             )
 
-        return [symptom(i, True) for i in streak.active_indices()] + [symptom(i, False) for i in cleared]
+        return streak.report(cleared, symptom)

@@ -7,9 +7,13 @@ reported? Keeping that in arrays keeps the per-snapshot work vectorised.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -69,6 +73,11 @@ class Streak:
 
     def active_indices(self) -> np.ndarray:
         return np.flatnonzero(self.active) if self.any_active else _NONE
+
+    def report(self, cleared: np.ndarray, make: Callable[[int, bool], T]) -> list[T]:
+        """What a detector says each poll: every active element again (stage 2 expires what is not
+        refreshed), and each element that just cleared, once."""
+        return [make(int(i), True) for i in self.active_indices()] + [make(int(i), False) for i in cleared]
 
 
 _NONE = np.zeros(0, dtype=np.intp)

@@ -48,15 +48,12 @@ class PfcWatchdog:
         storm.start(storm.seconds >= self.config.detection_time_s)
         cleared = storm.stop(calm.seconds >= self.config.restoration_time_s)
 
-        out = [
-            self._symptom(frame, storm.since_ns.flat[i], i, prios, paused_frac, line_Bps, True)
-            for i in storm.active_indices()
-        ]
-        out += [
-            self._symptom(frame, storm.since_ns.flat[i], i, prios, paused_frac, line_Bps, False)
-            for i in cleared
-        ]
-        return out
+        return storm.report(
+            cleared,
+            lambda i, active: self._symptom(
+                frame, storm.since_ns.flat[i], i, prios, paused_frac, line_Bps, active
+            ),
+        )
 
     def _condition(
         self,
@@ -169,4 +166,4 @@ class NicPauseStorm:
                 ),
             )
 
-        return [symptom(i, True) for i in storm.active_indices()] + [symptom(i, False) for i in cleared]
+        return storm.report(cleared, symptom)
