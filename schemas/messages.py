@@ -210,6 +210,70 @@ class Symptom(msgspec.Struct, tag="symptom", tag_field="type", omit_defaults=Tru
     v: int = SCHEMA_VERSION
 
 
+class Watermark(msgspec.Struct, tag="watermark", tag_field="type", omit_defaults=True):
+    """Stage 1's promise that it has processed its partitions' snapshots up to ``ts_ns``.
+
+    Symptoms are sparse: when a fault clears, a device goes silent. Stage 2 needs time to move on
+    to resolve incidents, and to take symptoms in time order across input partitions, so stage 1
+    sends one watermark per input partition (``source``) along the symptom stream.
+    """
+
+    source: str
+    ts_ns: int
+    caught_up: bool = False
+    """The source had nothing more to read: stage 2 need not wait for it."""
+    v: int = SCHEMA_VERSION
+
+
+PORT_RATE_COLUMNS: tuple[str, ...] = (
+    "tx_bps",
+    "rx_bps",
+    "tx_util",
+    "rx_util",
+    "tx_pps",
+    "rx_pps",
+    "rx_pause_pps",
+    "tx_pause_pps",
+    "rx_pause_frac",
+    "tx_pause_frac",
+    "ecn_marked_pps",
+    "cnp_sent_pps",
+    "cnp_received_pps",
+    "discards_pps",
+    "errors_pps",
+    "queue_bytes_max",
+    "watermark_bytes_max",
+)
+"""What a dashboard needs of a port, in ``PortRates.columns`` order (``docs/storage.md`` defines each)."""
+
+
+class PortRates(msgspec.Struct, tag="rates", tag_field="type", omit_defaults=True):
+    """A fixed per-port projection of one device's rates (``detectors.summary.summarise``), for storage.
+
+    Columnar like a snapshot. ``None`` is an unknown value (the device does not report the counter,
+    or the rate was impossible); JSON has no NaN, so ``None`` is also how a NaN travels.
+    """
+
+    device: str
+    device_kind: DeviceKind
+    ts_ns: int
+    dt_s: float
+    ports: list[str]
+    columns: list[str]
+    values: list[list[float | None]]
+    v: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if self.ts_ns <= 0:
+            raise ValueError("ts_ns must be a positive integer of nanoseconds since the epoch")
+        if len(self.values) != len(self.ports):
+            raise ValueError(f"values has {len(self.values)} rows but there are {len(self.ports)} ports")
+        ncols = len(self.columns)
+        for i, row in enumerate(self.values):
+            if len(row) != ncols:
+                raise ValueError(f"values[{i}] has {len(row)} entries but there are {ncols} columns")
+
+
 class Label(msgspec.Struct, tag="label", tag_field="type", omit_defaults=True):
     """Ground truth for a trace: a fault (or a benign look-alike, kind ``benign``) and its root."""
 
@@ -226,7 +290,7 @@ class Label(msgspec.Struct, tag="label", tag_field="type", omit_defaults=True):
             raise ValueError("end_ns is before start_ns")
 
 
-Message = Snapshot | Phase | Topology | Symptom | Anomaly | Label
+Message = Snapshot | Phase | Topology | Symptom | Watermark | Anomaly | Label | PortRates
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Message)

@@ -1,0 +1,316 @@
+"""The Faust app behind ``fabricwatch worker``: stage 1 and stage 2 as two thin agents.
+
+- Stage 1 consumes ``fabric.counters`` (keyed by device) in batches and publishes rates (by device)
+  and symptoms plus watermarks (by pod). Batching amortises Faust's per-event cost over a batch
+  of snapshots; the batch's events are acknowledged only after its output was handed to the
+  producer, so a crash redelivers, never skips (at-least-once).
+- Stage 2 consumes ``fabric.symptoms`` and publishes anomaly lifecycle events keyed by fingerprint,
+  which is a hash of kind and root: a redelivered incident has the same fingerprint, so consumers
+  remove duplicates by it.
+- Topology and phases are small and every worker needs all of them, so each worker reads them
+  with its own group-less consumer (Faust would split them across workers like any topic).
+
+What survives a restart or a rebalance is decided in ``docs/streaming.md``: nothing is
+changelogged; a device's state is rebuilt from its next snapshots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import faust
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from detectors.config import DetectorConfig
+from detectors.outliers import OutlierStage
+from detectors.rates import RateFrame
+from schemas import topics
+from schemas.messages import Anomaly, DecodeError, Phase, Topology, decode, encode
+from streams.health import Progress
+from streams.kafka_io import BrokerSettings
+from streams.stages import DEFAULT_MAX_MESSAGE_BYTES, Stage1Worker, Stage2Worker
+
+
+@dataclass
+class WorkerOptions:
+    broker: BrokerSettings
+    config: DetectorConfig = field(default_factory=DetectorConfig)
+    outliers: OutlierStage | None = None
+    app_id: str = "fabricwatch"
+    web_bind: str = "127.0.0.1"
+    web_port: int = 6066
+    datadir: Path = Path("/tmp/fabricwatch-worker")
+    batch_max: int = 500
+    batch_within_s: float = 0.02
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    session_timeout_s: float = 10.0
+    stall_after_s: float = 30.0
+    topology_wait_s: float = 5.0
+    stall_source_s: float = 30.0
+    """An input partition with lag that stays this long without progress stops holding stage 2
+    back (see Stage2Worker); at least twice the session timeout, so a takeover loses nothing."""
+    phases_lookback: int = 10_000
+    """Phases re-read at start per partition: stage 2 only needs the ones still running."""
+
+
+def make_app(opts: WorkerOptions) -> faust.App:
+    """A Faust app wired to the pure stages; ``fabricwatch worker`` runs it with ``faust.Worker``."""
+    timeout = opts.session_timeout_s
+    app = faust.App(
+        opts.app_id,
+        broker=[f"kafka://{b}" for b in opts.broker.bootstrap.split(",")],
+        broker_credentials=_credentials(opts.broker),
+        key_serializer="raw",
+        value_serializer="raw",
+        store="memory://",
+        datadir=str(opts.datadir),
+        topic_disable_leader=True,
+        topic_allow_declare=False,
+        consumer_auto_offset_reset="earliest",
+        broker_session_timeout=timeout,
+        broker_heartbeat_interval=max(timeout / 6, 0.5),
+        broker_rebalance_timeout=timeout,
+        broker_max_poll_interval=max(timeout, 30.0),
+        producer_linger=0.005,
+        web_bind=opts.web_bind,
+        web_port=opts.web_port,
+        web_host=socket.gethostname(),
+    )
+    progress = Progress(stall_after_s=opts.stall_after_s)
+    stage1 = Stage1Worker(opts.config, opts.outliers, opts.max_message_bytes, _summariser())
+    stage2 = Stage2Worker(opts.config, stall_after_s=max(opts.stall_source_s, 2 * timeout))
+    stage2_lock = asyncio.Lock()
+    topology_seen = asyncio.Event()
+    processed: dict[Any, int] = {}
+    counters = app.topic(topics.COUNTERS)
+    symptoms = app.topic(topics.SYMPTOMS)
+    rates = app.topic(topics.RATES)
+    anomalies = app.topic(topics.ANOMALIES)
+    deadletter = app.topic(topics.DEADLETTER)
+
+    async def dead_letter(event: Any, reason: str) -> None:
+        m = event.message
+        progress.dead_letter(reason)
+        headers = [
+            ("reason", reason.encode()),
+            ("topic", m.topic.encode()),
+            ("partition", str(m.partition).encode()),
+            ("offset", str(m.offset).encode()),
+        ]
+        await deadletter.send(key=m.key, value=m.value, headers=headers)
+
+    @app.agent(counters)
+    async def stage1_agent(stream: faust.StreamT) -> None:
+        async for events in stream.take_events(opts.batch_max, within=opts.batch_within_s):
+            if not topology_seen.is_set():
+                await _wait(topology_seen, opts.topology_wait_s)
+            sources = [f"{e.message.topic}/{e.message.partition}" for e in events]
+            out = stage1.process([e.message.value for e in events], sources)
+            for r in out.rejected:
+                await dead_letter(events[r.index], r.reason)
+            for k in out.rates:
+                await rates.send(key=k.key, value=k.value)
+            for k in out.symptoms:
+                await symptoms.send(key=k.key, value=k.value)
+            for e in events:
+                processed[e.message.tp] = e.message.offset
+            progress.processed("snapshots", len(events) - len(out.rejected))
+            progress.processed("values", out.values)
+
+    async def publish(fired: list[Anomaly]) -> None:
+        for a in fired:
+            await anomalies.send(key=a.fingerprint.encode(), value=encode(a))
+        progress.processed("anomalies", len(fired))
+
+    @app.agent(symptoms)
+    async def stage2_agent(stream: faust.StreamT) -> None:
+        async for events in stream.take_events(opts.batch_max, within=opts.batch_within_s):
+            async with stage2_lock:  # one writer at a time keeps each incident's events in order
+                for event in events:
+                    channel = str(event.message.partition)
+                    fired, reason = stage2.feed(event.message.value, time.monotonic(), channel)
+                    if reason is not None:
+                        await dead_letter(event, reason)
+                    await publish(fired)
+            progress.processed("symptoms", len(events))
+
+    @app.task
+    async def stage1_heartbeat() -> None:
+        """Tell stage 2 which of our input partitions have nothing left to read (see Stage1Worker)."""
+        while True:
+            await asyncio.sleep(0.5)
+            owned = [tp for tp in app.consumer.assignment() if tp.topic == topics.COUNTERS]
+            if not owned:
+                continue
+            ends = await app.consumer.highwaters(*owned)
+            caught_up = {
+                f"{tp.topic}/{tp.partition}": processed.get(tp, -1) + 1 >= (ends.get(tp) or 0) for tp in owned
+            }
+            for k in stage1.heartbeat(caught_up):
+                await symptoms.send(key=k.key, value=k.value)
+
+    @app.timer(1.0)
+    async def stage2_idle() -> None:
+        """Time moves on for incidents when inputs go quiet (see Stage2Worker)."""
+        async with stage2_lock:
+            await publish(stage2.advance(time.monotonic()))
+
+    @app.task
+    async def broadcast_inputs() -> None:
+        consumer = AIOKafkaConsumer(**_aiokafka_kwargs(opts.broker), enable_auto_commit=False)
+        await consumer.start()
+        try:
+            await _follow_broadcast(consumer, opts, stage1, stage2, topology_seen, progress)
+        finally:
+            await consumer.stop()
+
+    @app.on_partitions_assigned.connect
+    async def on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
+        progress.joined = True
+
+    @app.on_partitions_revoked.connect
+    async def on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
+        for tp in revoked:
+            processed.pop(tp, None)
+
+    async def lag() -> int:
+        total = 0
+        for tp in app.consumer.assignment():
+            position = await app.consumer.position(tp)
+            if position is not None:
+                total += max(0, app.consumer.highwater(tp) - position)
+        return total
+
+    @app.page("/ready")
+    async def ready(web: Any, request: Any) -> Any:
+        ok, detail = progress.readiness()
+        return web.json({"ready": ok, "detail": detail}, status=200 if ok else 503)
+
+    @app.page("/healthz")
+    async def healthz(web: Any, request: Any) -> Any:
+        ok, detail = progress.liveness(await lag())
+        return web.json(
+            {"healthy": ok, "detail": detail, "dead_letters": dict(progress.dead_letters)},
+            status=200 if ok else 503,
+        )
+
+    @app.page("/metrics")
+    async def metrics(web: Any, request: Any) -> Any:
+        return web.text(progress.prometheus(await lag()), content_type="text/plain; version=0.0.4")
+
+    return app
+
+
+async def _follow_broadcast(
+    consumer: AIOKafkaConsumer,
+    opts: WorkerOptions,
+    stage1: Stage1Worker,
+    stage2: Stage2Worker,
+    topology_seen: asyncio.Event,
+    progress: Progress,
+) -> None:
+    """Read the latest topology and the recent phases, then follow both for as long as we run."""
+    await consumer.topics()  # metadata of every topic, not only of subscribed ones
+    tps = [
+        TopicPartition(t, p)
+        for t in (topics.TOPOLOGY, topics.PHASES)
+        for p in sorted(consumer.partitions_for_topic(t) or [])
+    ]
+    inputs = sorted(consumer.partitions_for_topic(topics.COUNTERS) or [])
+    stage2.expected_sources = tuple(f"{topics.COUNTERS}/{p}" for p in inputs)
+    consumer.assign(tps)
+    ends = await consumer.end_offsets(tps)
+    for tp in tps:
+        back = 1 if tp.topic == topics.TOPOLOGY else opts.phases_lookback
+        consumer.seek(tp, max(0, ends[tp] - back))
+    while True:
+        batch = await consumer.getmany(timeout_ms=100)
+        for records in batch.values():
+            for record in records:
+                _apply_broadcast(record.topic, record.value, stage1, stage2, topology_seen, progress)
+        if not progress.inputs_ready:
+            positions = [await consumer.position(tp) for tp in tps]
+            progress.inputs_ready = all(p >= ends[tp] for p, tp in zip(positions, tps, strict=True))
+
+
+def _apply_broadcast(
+    topic: str,
+    value: bytes,
+    stage1: Stage1Worker,
+    stage2: Stage2Worker,
+    topology_seen: asyncio.Event,
+    progress: Progress,
+) -> None:
+    expected = Topology if topic == topics.TOPOLOGY else Phase
+    try:
+        msg = decode(value, expected)
+    except DecodeError as exc:
+        progress.dead_letter(str(exc))
+        return
+    if isinstance(msg, Topology):
+        stage1.set_topology(msg)
+        stage2.set_topology(msg)
+        topology_seen.set()
+    else:
+        stage2.on_phase(msg)
+    progress.processed(topic)
+
+
+async def _wait(event: asyncio.Event, timeout_s: float) -> None:
+    """Wait for the topology, but not forever: detection without it is degraded, not impossible."""
+    try:
+        await asyncio.wait_for(event.wait(), timeout_s)
+    except TimeoutError:
+        event.set()
+
+
+def _summariser() -> Any:
+    """The rates message of a frame, when the storage projection is available."""
+    try:
+        from detectors.summary import summarise
+    except ImportError:
+        return None
+
+    def rates_message(frame: RateFrame) -> bytes:
+        return encode(summarise(frame))
+
+    return rates_message
+
+
+def _credentials(settings: BrokerSettings) -> Any:
+    context = _ssl_context(settings)
+    if settings.sasl_mechanism:
+        return faust.SASLCredentials(
+            username=settings.sasl_username,
+            password=settings.sasl_password,
+            mechanism=settings.sasl_mechanism,
+            ssl_context=context,
+        )
+    return faust.SSLCredentials(context) if context is not None else None
+
+
+def _aiokafka_kwargs(settings: BrokerSettings) -> dict[str, Any]:
+    kw: dict[str, Any] = {
+        "bootstrap_servers": settings.bootstrap.split(","),
+        "security_protocol": settings.security_protocol,
+        "ssl_context": _ssl_context(settings),
+    }
+    if settings.sasl_mechanism:
+        kw.update(
+            sasl_mechanism=settings.sasl_mechanism,
+            sasl_plain_username=settings.sasl_username,
+            sasl_plain_password=settings.sasl_password,
+        )
+    return kw
+
+
+def _ssl_context(settings: BrokerSettings) -> ssl.SSLContext | None:
+    if "SSL" not in settings.security_protocol:
+        return None
+    return ssl.create_default_context(cafile=settings.ssl_cafile)

@@ -1,0 +1,306 @@
+"""The two detection stages as the streaming workers run them: message bytes in, keyed bytes out.
+
+The Faust agents stay thin: they hand these classes the values of a batch and send what comes back.
+Everything that decides anything (size limits, decoding, routing symptoms to their pod, watermarks,
+when stage 2 evaluates) lives here, so it is tested without a broker and matches the in-process
+pipeline, which ticks stage 2 by the same ``Ticker``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from detectors.config import DetectorConfig
+from detectors.fabric import FabricMap
+from detectors.incidents import Correlator
+from detectors.outliers import OutlierStage
+from detectors.rates import RateFrame
+from detectors.stage1 import Stage1
+from schemas.messages import (
+    Anomaly,
+    DecodeError,
+    Phase,
+    Snapshot,
+    Symptom,
+    Topology,
+    Watermark,
+    decode,
+    encode,
+)
+
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+"""A 64-port switch snapshot with 8 priorities and 8 queues is about 41 KB; 4 MB is a broken collector."""
+
+UNKNOWN_POD = "-"
+"""Stage-2 key of devices the topology does not place in a pod."""
+
+
+@dataclass(frozen=True)
+class Keyed:
+    key: bytes
+    value: bytes
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A message of the batch that goes to the dead-letter topic, and why."""
+
+    index: int
+    reason: str
+
+
+@dataclass
+class Stage1Output:
+    rates: list[Keyed] = field(default_factory=list)
+    symptoms: list[Keyed] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
+    values: int = 0
+
+
+def check_size(value: bytes | None, limit: int) -> str | None:
+    """The dead-letter reason for an empty or oversized message, or None."""
+    if not value:
+        return "empty message"
+    if len(value) > limit:
+        return f"oversized: {len(value)} bytes > limit {limit}"
+    return None
+
+
+class Ticker:
+    """When stage 2 evaluates: as input time passes each ``tick_s``, *before* taking the record
+    that crossed it, at the latest time seen so far. Snapshots of one poll arrive in a burst, and
+    evaluating at the end of the burst is what a worker ticking on a wall clock would do; driving
+    it by input time makes a replay at any speed give the same answer."""
+
+    def __init__(self, tick_s: float) -> None:
+        self.tick_ns = int(tick_s * 1e9)
+        self.now_ns = 0
+        self._next_ns: int | None = None
+
+    def due(self, ts_ns: int) -> int | None:
+        """The time to evaluate at before taking a record stamped ``ts_ns``, or None."""
+        if self._next_ns is None:
+            self._next_ns = ts_ns + self.tick_ns
+            return None
+        if ts_ns < self._next_ns:
+            return None
+        self._next_ns = ts_ns + self.tick_ns
+        return self.now_ns
+
+    def seen(self, ts_ns: int) -> None:
+        self.now_ns = max(self.now_ns, ts_ns)
+
+
+class Stage1Worker:
+    """Stage 1 over a batch of ``fabric.counters`` values: rates and symptoms keyed for their topics.
+
+    After each batch it sends, to every pod, one watermark per input partition it read: the newest
+    snapshot time taken from that partition. Symptoms and watermarks of a pod share a partition of
+    ``fabric.symptoms`` and leave in order, so a watermark follows every symptom it covers. Between
+    batches, ``heartbeat`` says which of its partitions are caught up (nothing left to read), so
+    stage 2 does not wait for partitions whose devices are quiet.
+    ``summarise`` turns a rate frame into the ``fabric.rates`` message (None: no rates published).
+    """
+
+    def __init__(
+        self,
+        config: DetectorConfig,
+        outliers: OutlierStage | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        summarise: Callable[[RateFrame], bytes] | None = None,
+    ) -> None:
+        self.core = Stage1(config, outliers)
+        self.max_message_bytes = max_message_bytes
+        self._summarise = summarise
+        self._pods: dict[str, str] = {}
+        self._pod_keys: list[bytes] = [UNKNOWN_POD.encode()]
+        self._newest: dict[str, int] = {}
+
+    def set_topology(self, topology: Topology) -> None:
+        self.core.set_topology(topology)
+        self._pods = {d.id: d.pod or UNKNOWN_POD for d in topology.devices}
+        self._pod_keys = sorted({p.encode() for p in self._pods.values()} | {UNKNOWN_POD.encode()})
+
+    def process(self, values: Sequence[bytes | None], sources: Sequence[str]) -> Stage1Output:
+        """``sources[i]`` names the input partition of ``values[i]`` (e.g. ``fabric.counters/3``)."""
+        out = Stage1Output()
+        newest: dict[str, int] = {}
+        for i, value in enumerate(values):
+            reason = check_size(value, self.max_message_bytes)
+            if reason is None:
+                try:
+                    snap = decode(value, Snapshot)  # type: ignore[arg-type]
+                except DecodeError as exc:
+                    reason = str(exc)
+            if reason is not None:
+                out.rejected.append(Rejected(i, reason))
+                continue
+            out.values += len(snap.ports) * len(snap.counters)
+            newest[sources[i]] = max(newest.get(sources[i], 0), snap.ts_ns)
+            frame, symptoms = self.core.process(snap)
+            if frame is not None and self._summarise is not None:
+                out.rates.append(Keyed(snap.device.encode(), self._summarise(frame)))
+            out.symptoms += [self._keyed(s) for s in symptoms]
+        out.symptoms += [self._keyed(s) for s in self.core.flush()]
+        for source, ts_ns in sorted(newest.items()):
+            self._newest[source] = max(self._newest.get(source, 0), ts_ns)
+            out.symptoms += self._marks(Watermark(source, self._newest[source]))
+        return out
+
+    def heartbeat(self, caught_up: Mapping[str, bool]) -> list[Keyed]:
+        """Watermarks of the partitions this worker owns, each saying whether it is caught up."""
+        out: list[Keyed] = []
+        for source, done in sorted(caught_up.items()):
+            out += self._marks(Watermark(source, self._newest.get(source, 0), done))
+        return out
+
+    def _marks(self, mark: Watermark) -> list[Keyed]:
+        value = encode(mark)
+        return [Keyed(pod, value) for pod in self._pod_keys]
+
+    def _keyed(self, symptom: Symptom) -> Keyed:
+        return Keyed(self._pods.get(symptom.device, UNKNOWN_POD).encode(), encode(symptom))
+
+
+@dataclass
+class _Mark:
+    """What stage 2 knows of one input partition: its watermark, and when it last moved and was
+    last heard of (wall seconds)."""
+
+    ts_ns: int
+    moved: float
+    heard: float
+    caught_up: bool
+
+    def update(self, mark: Watermark, now: float) -> None:
+        if mark.ts_ns > self.ts_ns:
+            self.ts_ns, self.moved = mark.ts_ns, now
+        self.heard = now
+        self.caught_up = mark.caught_up
+
+
+class Stage2Worker:
+    """Stage 2 over the symptom stream of its pods, in event-time order.
+
+    Stage-1 workers run at their own pace, and after a backlog one input partition can be minutes
+    ahead of another. Taking symptoms in arrival order would then resolve incidents early and miss
+    others (a symptom far behind the incidents' clock has expired when it arrives), so symptoms
+    wait (bounded by ``max_held``) until the watermark of every input partition that still has
+    input has passed them, and are taken in time order. A partition whose worker said within
+    ``heartbeat_s`` that it is caught up does not hold the others back; nor does one whose
+    watermark has not moved for ``stall_after_s`` (its worker died and the group has not yet moved
+    it; set it above the session timeout so that a takeover loses nothing). A dead worker's
+    partitions stop being "caught up" when its heartbeats stop, so stage 2 waits for the takeover.
+    Symptoms that arrive behind the released time are taken at once. When no input is left, time
+    moves on to the newest watermark, so the incidents of a finished input still resolve. At start,
+    it waits ``startup_wait_s`` for a first watermark from each of ``expected_sources``, the input
+    partitions.
+    """
+
+    def __init__(
+        self,
+        config: DetectorConfig,
+        tick_s: float = 0.02,
+        stall_after_s: float = 30.0,
+        heartbeat_s: float = 2.0,
+        startup_wait_s: float = 5.0,
+        max_held: int = 200_000,
+        expected_sources: Sequence[str] = (),
+        step_s: float = 0.1,
+    ) -> None:
+        self.config = config
+        self.expected_sources = tuple(expected_sources)
+        self._started: float | None = None
+        self.core = Correlator(config.incidents)
+        self.ticker = Ticker(tick_s)
+        self.stall_after_s = stall_after_s
+        self.heartbeat_s = heartbeat_s
+        self.startup_wait_s = startup_wait_s
+        self.max_held = max_held
+        self._marks: dict[tuple[str, str], _Mark] = {}
+        self._held: list[tuple[int, int, Symptom]] = []
+        self._seq = 0
+        self._released_ns = 0
+        self._step_ns = int(step_s * 1e9)
+
+    def set_topology(self, topology: Topology) -> None:
+        self.core.set_fabric(FabricMap(topology, self.config.default_link_gbps))
+
+    def on_phase(self, phase: Phase) -> None:
+        self.core.on_phase(phase)
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    def feed(self, value: bytes | None, now: float, channel: str = "") -> tuple[list[Anomaly], str | None]:
+        """One symptom or watermark in; the anomaly events it released and a dead-letter reason out.
+
+        ``now`` is wall seconds; ``channel`` the symptoms partition it came from: a watermark
+        follows the symptoms it covers only within its own partition, so each partition's
+        watermarks count on their own."""
+        reason = check_size(value, DEFAULT_MAX_MESSAGE_BYTES)
+        if reason is not None:
+            return [], reason
+        try:
+            msg = decode(value, Symptom | Watermark)  # type: ignore[arg-type]
+        except DecodeError as exc:
+            return [], str(exc)
+        if isinstance(msg, Watermark):
+            key = (channel, msg.source)
+            mark = self._marks.get(key)
+            if mark is None:
+                self._marks[key] = _Mark(msg.ts_ns, now, now, msg.caught_up)
+            else:
+                mark.update(msg, now)
+            return self.advance(now), None
+        if msg.ts_ns <= self._released_ns:
+            return self._take(msg.ts_ns, msg), None
+        heapq.heappush(self._held, (msg.ts_ns, self._seq, msg))
+        self._seq += 1
+        return self.advance(now), None
+
+    def advance(self, now: float) -> list[Anomaly]:
+        """Take every held symptom the watermarks have passed; call also on a timer when idle."""
+        if self._started is None:
+            self._started = now
+        if now - self._started < self.startup_wait_s and any(
+            src not in {source for _, source in self._marks} for src in self.expected_sources
+        ):
+            return []
+        if not self._marks:
+            return []
+        waiting = [
+            m.ts_ns
+            for m in self._marks.values()
+            if not (m.caught_up and now - m.heard < self.heartbeat_s) and now - m.moved < self.stall_after_s
+        ]
+        until = min(waiting) if waiting else max(m.ts_ns for m in self._marks.values())
+        fired: list[Anomaly] = []
+        while self._held and (self._held[0][0] <= until or len(self._held) > self.max_held):
+            ts_ns, _, symptom = heapq.heappop(self._held)
+            fired += self._take(ts_ns, symptom)
+        if until > self._released_ns:
+            fired += self._take(until, None)
+        return fired
+
+    def _take(self, ts_ns: int, symptom: Symptom | None) -> list[Anomaly]:
+        """Move time to ``ts_ns`` (through a tick every ``step_s`` of a quiet stretch, so quiet
+        incidents resolve on time, as between the snapshots of an in-process replay), then take
+        the symptom."""
+        fired: list[Anomaly] = []
+        if self._released_ns:
+            for t in range(self._released_ns + self._step_ns, ts_ns, self._step_ns):
+                fired += self._tick_at(t)
+        fired += self._tick_at(ts_ns)
+        if symptom is not None:
+            self.core.on_symptom(symptom)
+        self._released_ns = max(self._released_ns, ts_ns)
+        return fired
+
+    def _tick_at(self, ts_ns: int) -> list[Anomaly]:
+        due = self.ticker.due(ts_ns)
+        self.ticker.seen(ts_ns)
+        return self.core.tick(due) if due is not None else []

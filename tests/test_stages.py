@@ -1,0 +1,128 @@
+"""The streaming stages without a broker: whatever order partitions arrive in, the anomalies match
+the in-process pipeline's."""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import pytest
+
+from detectors.config import DetectorConfig
+from fabricwatch.pipeline import Pipeline
+from fabricwatch.replay import replay_trace
+from ingest.simulator import load_scenario, simulate
+from schemas import topics
+from schemas.messages import Phase, Symptom, Topology, Watermark, decode, encode
+from schemas.trace import TraceReader
+from streams.stages import Stage1Worker, Stage2Worker, Ticker
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios"
+PARTITIONS = 4
+
+
+@pytest.fixture(scope="module")
+def demo_trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("stages") / "demo.trace.gz"
+    simulate(load_scenario(SCENARIOS / "demo.yaml"), path)
+    return path
+
+
+def in_process(path: Path) -> list[tuple[str, str, str, int]]:
+    result = replay_trace(path, Pipeline(DetectorConfig()), lambda events: None)
+    return [(a.kind, a.status, a.root.device, a.start_ns) for a in result.anomalies]
+
+
+def streamed(path: Path, batch: int, order: str) -> tuple[list, Stage2Worker]:
+    """Stage 1 in batches over partitions as a broker would split them, stage 2 behind it; the
+    partitions interleaved as ``order`` says."""
+    config = DetectorConfig()
+    stage1 = Stage1Worker(config)
+    sources = [f"{topics.COUNTERS}/{i}" for i in range(PARTITIONS)]
+    stage2 = Stage2Worker(config, expected_sources=sources)
+    counters = []
+    with TraceReader(path) as reader:
+        for rec in reader:
+            if rec.topic == topics.COUNTERS:
+                counters.append((sources[zlib.crc32(rec.key.encode()) % PARTITIONS], rec.value()))
+            elif rec.topic == topics.TOPOLOGY:
+                topo = decode(rec.value(), Topology)
+                stage1.set_topology(topo)
+                stage2.set_topology(topo)
+            elif rec.topic == topics.PHASES:
+                stage2.on_phase(decode(rec.value(), Phase))
+    if order == "partition by partition":  # the worst a backlog can do: one partition minutes ahead
+        counters.sort(key=lambda c: c[0])
+    fired = []
+    wall = 0.0
+    for i in range(0, len(counters), batch):
+        chunk = counters[i : i + batch]
+        out = stage1.process([v for _, v in chunk], [s for s, _ in chunk])
+        for k in out.symptoms:
+            events, reason = stage2.feed(k.value, wall, channel=k.key.decode())
+            assert reason is None
+            fired += events
+        wall += 0.001
+    fired += stage2.advance(wall + 60)  # every input idle: time moves on, incidents resolve
+    return [(a.kind, a.status, a.root.device, a.start_ns) for a in fired], stage2
+
+
+@pytest.mark.parametrize(("batch", "order"), [(1, "time"), (500, "time"), (500, "partition by partition")])
+def test_streamed_stages_fire_what_the_pipeline_fires(demo_trace, batch, order):
+    expected = in_process(demo_trace)
+    got, stage2 = streamed(demo_trace, batch, order)
+    firing = [e for e in expected if e[1] == "firing"]
+    assert firing and [e for e in got if e[1] == "firing"] == firing
+    assert [e for e in got if e[1] == "resolved"] == [e for e in expected if e[1] == "resolved"]
+    assert stage2.held == 0
+
+
+def test_a_stalled_partition_holds_symptoms_until_its_watermark_passes():
+    stage2 = Stage2Worker(DetectorConfig(), stall_after_s=30)
+    mark = lambda src, ts, caught_up=False: encode(Watermark(src, ts, caught_up))  # noqa: E731
+    symptom = encode(Symptom("pfc_storm", "leaf00", ts_ns=10_000, start_ns=10_000, port="Ethernet0"))
+    stage2.feed(mark("a", 5_000), now=0.0)
+    stage2.feed(mark("b", 5_000), now=0.0)
+    stage2.feed(mark("a", 20_000), now=1.0)
+    stage2.feed(symptom, now=1.0)
+    assert stage2.held == 1  # partition b has not reached 10_000 yet: b's symptoms may be on the way
+    stage2.advance(now=20.0)
+    assert stage2.held == 1  # b's worker may be dead: wait for the takeover, up to stall_after_s
+    stage2.advance(now=40.0)
+    assert stage2.held == 0  # b made no progress for 30 s: stop waiting
+
+
+def test_a_caught_up_partition_holds_nothing_back_while_its_worker_says_so():
+    stage2 = Stage2Worker(DetectorConfig(), heartbeat_s=2)
+    symptom = encode(Symptom("pfc_storm", "leaf00", ts_ns=10_000, start_ns=10_000, port="Ethernet0"))
+    stage2.feed(encode(Watermark("a", 20_000)), now=0.0)
+    stage2.feed(encode(Watermark("b", 5_000, caught_up=True)), now=0.0)
+    stage2.feed(symptom, now=0.5)
+    assert stage2.held == 0
+
+
+def test_bad_symptom_messages_are_rejected_with_a_reason():
+    stage2 = Stage2Worker(DetectorConfig())
+    assert stage2.feed(b"{", now=0.0)[1].startswith("not valid JSON")
+    assert stage2.feed(b"", now=0.0)[1] == "empty message"
+    assert "Expected" in stage2.feed(b'{"type":"symptom","kind":1}', now=0.0)[1]
+
+
+def test_stage1_rejects_oversized_and_malformed_snapshots_and_goes_on(demo_trace):
+    stage1 = Stage1Worker(DetectorConfig(), max_message_bytes=100_000)
+    with TraceReader(demo_trace) as reader:
+        good = next(r.value() for r in reader if r.topic == topics.COUNTERS)
+    out = stage1.process([b"x" * 100_001, b'{"type":"snapshot"}', good], ["c/0"] * 3)
+    assert [r.index for r in out.rejected] == [0, 1]
+    assert out.rejected[0].reason == "oversized: 100001 bytes > limit 100000"
+    assert "missing required field" in out.rejected[1].reason
+    assert out.values > 0
+
+
+def test_ticker_evaluates_before_the_record_that_crosses_a_tick():
+    t = Ticker(tick_s=1.0)
+    assert t.due(0) is None
+    t.seen(0)
+    t.seen(500_000_000)
+    assert t.due(900_000_000) is None
+    assert t.due(1_000_000_000) == 500_000_000
