@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from detectors.config import ConfigError, DetectorConfig, load_config
-from fabricwatch import console
+from fabricwatch import console, worker
 from fabricwatch.pipeline import Pipeline
 from fabricwatch.replay import replay_trace
 from schemas import topics
@@ -92,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--json", action="store_true", help="print the report as one JSON document")
     ev.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: CPUs)")
 
+    worker.add_parser(sub)
+
     args = parser.parse_args(argv)
     try:
         return _COMMANDS[args.command](args)
@@ -159,6 +161,10 @@ def cmd_record(args: argparse.Namespace) -> int:
     count = record_topics(_broker_settings(args), args.out, names, args.idle, args.max_records)
     print(f"wrote {args.out}: {count} records from {', '.join(names)}")
     return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    return worker.run_worker(_broker_settings(args), args)
 
 
 def _broker_settings(args: argparse.Namespace) -> BrokerSettings:
@@ -324,6 +330,7 @@ _COMMANDS = {
     "evaluate": cmd_evaluate,
     "train": cmd_train,
     "record": cmd_record,
+    "worker": cmd_worker,
 }
 
 

@@ -26,6 +26,8 @@ from typing import Any
 
 import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+from faust.exceptions import ProducerSendError
 
 from detectors.config import DetectorConfig
 from detectors.outliers import OutlierStage
@@ -35,6 +37,9 @@ from schemas.messages import Anomaly, DecodeError, Phase, Topology, decode, enco
 from streams.health import Progress
 from streams.kafka_io import BrokerSettings
 from streams.stages import DEFAULT_MAX_MESSAGE_BYTES, Stage1Worker, Stage2Worker
+
+DEAD_LETTER_HEAD = 64 * 1024
+"""What is kept of a message too large for the dead-letter topic itself."""
 
 
 @dataclass
@@ -78,6 +83,7 @@ def make_app(opts: WorkerOptions) -> faust.App:
         broker_rebalance_timeout=timeout,
         broker_max_poll_interval=max(timeout, 30.0),
         producer_linger=0.005,
+        producer_max_request_size=opts.max_message_bytes + 1024 * 1024,
         web_bind=opts.web_bind,
         web_port=opts.web_port,
         web_host=socket.gethostname(),
@@ -103,7 +109,12 @@ def make_app(opts: WorkerOptions) -> faust.App:
             ("partition", str(m.partition).encode()),
             ("offset", str(m.offset).encode()),
         ]
-        await deadletter.send(key=m.key, value=m.value, headers=headers)
+        try:
+            await deadletter.send(key=m.key, value=m.value, headers=headers)
+        except ProducerSendError:
+            # Too big even for the dead-letter topic: keep its head, and say so.
+            headers.append(("truncated_from", str(len(m.value or b"")).encode()))
+            await deadletter.send(key=m.key, value=(m.value or b"")[:DEAD_LETTER_HEAD], headers=headers)
 
     @app.agent(counters)
     async def stage1_agent(stream: faust.StreamT) -> None:
@@ -182,9 +193,12 @@ def make_app(opts: WorkerOptions) -> faust.App:
     async def lag() -> int:
         total = 0
         for tp in app.consumer.assignment():
-            position = await app.consumer.position(tp)
+            try:
+                position = await app.consumer.position(tp)
+            except KafkaError:  # revoked by a rebalance in the meantime
+                continue
             if position is not None:
-                total += max(0, app.consumer.highwater(tp) - position)
+                total += max(0, (app.consumer.highwater(tp) or 0) - position)
         return total
 
     @app.page("/ready")

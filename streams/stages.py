@@ -137,9 +137,13 @@ class Stage1Worker:
             if reason is not None:
                 out.rejected.append(Rejected(i, reason))
                 continue
+            try:
+                frame, symptoms = self.core.process(snap)
+            except Exception as exc:  # a worker never dies on input: the snapshot is set aside
+                out.rejected.append(Rejected(i, f"processing failed: {exc!r}"))
+                continue
             out.values += len(snap.ports) * len(snap.counters)
             newest[sources[i]] = max(newest.get(sources[i], 0), snap.ts_ns)
-            frame, symptoms = self.core.process(snap)
             if frame is not None and self._summarise is not None:
                 out.rates.append(Keyed(snap.device.encode(), self._summarise(frame)))
             out.symptoms += [self._keyed(s) for s in symptoms]

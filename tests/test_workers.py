@@ -1,0 +1,241 @@
+"""Faust workers as separate processes against a real Kafka-protocol broker (Tansu)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+
+from detectors.config import DetectorConfig
+from fabricwatch.broker_replay import publish_trace
+from fabricwatch.pipeline import Pipeline
+from fabricwatch.replay import replay_trace
+from ingest.simulator import load_scenario, simulate
+from schemas import topics
+from schemas.messages import Anomaly, decode
+from streams.broker import EmbeddedBroker, free_port
+from streams.kafka_io import BrokerSettings, ensure_topics
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios"
+POLL_NS = 1_000_000_000
+SESSION_TIMEOUT_S = 6
+
+
+class Worker:
+    """One ``fabricwatch worker`` process with its web port (ready, healthz, metrics)."""
+
+    def __init__(self, bootstrap: str, log: Path) -> None:
+        self.port = free_port()
+        self._log = log.open("wb")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "fabricwatch.cli",
+                "worker",
+                "--broker",
+                bootstrap,
+                "--session-timeout",
+                str(SESSION_TIMEOUT_S),
+                "--web-port",
+                str(self.port),
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/{path}", timeout=2) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+        except OSError:
+            return 0, ""
+
+    def wait_ready(self, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, "worker exited"
+            if self.get("ready")[0] == 200:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"worker not ready within {timeout_s} s")
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def broker() -> Iterator[BrokerSettings]:
+    with EmbeddedBroker() as b:
+        settings = BrokerSettings(bootstrap=b.bootstrap)
+        ensure_topics(settings)
+        yield settings
+
+
+@pytest.fixture
+def workers(broker, tmp_path) -> Iterator[list[Worker]]:
+    started = [Worker(broker.bootstrap, tmp_path / f"worker{i}.log") for i in range(2)]
+    yield started
+    for w in started:
+        w.stop()
+
+
+class Collector:
+    """Reads a topic in a thread from the beginning, as a dashboard or an alerter would."""
+
+    def __init__(self, settings: BrokerSettings, topic: str) -> None:
+        self.records: list = []
+        self._stop = threading.Event()
+        self._consumer = KafkaConsumer(
+            topic, **settings.kafka_kwargs(), auto_offset_reset="earliest", consumer_timeout_ms=200
+        )
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for record in self._consumer:
+                self.records.append(record)
+
+    def stop(self) -> list:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._consumer.close()
+        return self.records
+
+
+def trace(tmp_path: Path, duration: int) -> Path:
+    path = tmp_path / "demo.trace.gz"
+    simulate(load_scenario(SCENARIOS / "demo.yaml", {"duration": duration}), path)
+    return path
+
+
+def in_process(path: Path) -> list[Anomaly]:
+    return replay_trace(path, Pipeline(DetectorConfig()), lambda events: None).anomalies
+
+
+def firing(anomalies: list[Anomaly]) -> dict[tuple[str, str], int]:
+    """(kind, root device) -> start time, once per fingerprint: duplicates after a takeover fold."""
+    return {(a.kind, a.root.device): a.start_ns for a in anomalies if a.status == "firing"}
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.5)
+    return condition()
+
+
+def test_two_workers_find_what_the_in_process_replay_finds(broker, workers, tmp_path):
+    path = trace(tmp_path, duration=110)
+    expected = firing(in_process(path))
+    assert {k for k, _ in expected} == {"incast", "pfc_storm", "ecmp_collapse"}
+    for w in workers:
+        w.wait_ready()
+    out = Collector(broker, topics.ANOMALIES)
+    published = publish_trace(path, broker, speed=0)
+    assert published.stats.failed == published.stats.dropped == 0
+    assert wait_until(lambda: expected.keys() <= firing([decode(r.value) for r in out.records]).keys(), 90)
+    got = firing([decode(r.value) for r in out.stop()])
+    assert got.keys() == expected.keys()
+    for key, start in expected.items():
+        assert abs(got[key] - start) <= POLL_NS, key
+    for w in workers:
+        status, body = w.get("healthz")
+        assert status == 200, body
+    snapshots = sum(_metric(w, "processed_total", 'what="snapshots"') for w in workers)
+    assert snapshots >= published.records - 100  # every counters record, less phases and topology
+
+
+def test_killing_a_worker_loses_no_anomaly(broker, workers, tmp_path):
+    path = trace(tmp_path, duration=110)
+    reference = in_process(path)
+    expected = firing(reference)
+    ended = {a.fingerprint for a in reference if a.status == "resolved"}
+    for w in workers:
+        w.wait_ready()
+    out = Collector(broker, topics.ANOMALIES)
+    feeder = threading.Thread(target=publish_trace, args=(path, broker, 5.0))
+    feeder.start()
+    time.sleep(8)  # the incast is firing by now; the storm and the ECMP collapse are still to come
+    workers[0].stop(signal.SIGKILL)  # no goodbye: its partitions move after the session timeout
+    feeder.join()
+
+    def resolved() -> set[str]:
+        return {a.fingerprint for a in map(decode, (r.value for r in out.records)) if a.status == "resolved"}
+
+    assert wait_until(lambda: ended <= resolved(), 120)  # the end of every incident that ended, too
+    events = [decode(r.value) for r in out.stop()]
+    got = firing(events)
+    assert got.keys() == expected.keys()
+    for key, start in expected.items():
+        assert abs(got[key] - start) <= POLL_NS, key
+
+
+def test_malformed_and_oversized_input_goes_to_the_dead_letter_topic(broker, workers):
+    for w in workers:
+        w.wait_ready()
+    dead = Collector(broker, topics.DEADLETTER)
+    producer = KafkaProducer(**broker.kafka_kwargs(), max_request_size=8_000_000)
+    bad = {
+        b"not json": "not valid JSON",
+        b'{"type":"snapshot","device":"leaf00"}': "Object missing required field",
+        b'{"type":"phase","job":"j"}': "Invalid value 'phase' - at `$.type`",
+        b"{" + b" " * 5_000_000 + b"}": "oversized: 5000002 bytes",
+    }
+    for i, value in enumerate(bad):
+        producer.send(topics.COUNTERS, key=f"dev{i}".encode(), value=value)
+    producer.flush()
+    producer.close()
+    assert wait_until(lambda: len(dead.records) >= len(bad), 30)
+    time.sleep(1)
+    records = dead.stop()
+    assert len(records) == len(bad)
+    for r in records:
+        headers = {k: v.decode() for k, v in r.headers}
+        assert headers["topic"] == topics.COUNTERS
+        assert bad[r.value].split(":")[0] in headers["reason"], headers
+    assert {r.value for r in records} == set(bad)  # the original bytes, kept whole
+    counted = sum(_metric(w, "dead_letters_total", "") for w in workers)
+    assert counted == len(bad)
+    for w in workers:
+        assert w.proc.poll() is None  # a worker never dies on input
+
+
+def _metric(worker: Worker, name: str, label: str) -> int:
+    status, text = worker.get("metrics")
+    assert status == 200
+    return sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in text.splitlines()
+        if line.startswith(f"fabricwatch_{name}") and label in line
+    )
+
+
+def test_worker_health_endpoints_answer_json(broker, workers):
+    for w in workers:
+        w.wait_ready()
+    status, body = workers[0].get("healthz")
+    assert status == 200 and json.loads(body)["healthy"] is True
