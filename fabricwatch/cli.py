@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from detectors.config import ConfigError, DetectorConfig, load_config
-from fabricwatch import console, worker
+from fabricwatch import console, run, worker
 from fabricwatch.pipeline import Pipeline
 from fabricwatch.replay import replay_trace
 from schemas import topics
@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: CPUs)")
 
     worker.add_parser(sub)
+    run.add_parser(sub)
 
     args = parser.parse_args(argv)
     try:
@@ -165,6 +166,22 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     return worker.run_worker(_broker_settings(args), args)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    settings = _broker_settings(args) if args.broker or os.environ.get("FABRICWATCH_BROKER") else None
+    result = run.run_pipeline(settings, args.scenario or default_scenario(), args, sys.stdout)
+    if args.json:
+        return 0
+    print("\nIncidents", file=sys.stdout)
+    console.print_incidents(result.anomalies, sys.stdout)
+    st = result.published.stats
+    print(
+        f"\n{result.published.records} records published ({st.failed} failed, {st.dropped} dropped), "
+        f"{len(result.anomalies)} anomaly events, {result.wall_s:.1f} s",
+        file=sys.stdout,
+    )
+    return 0
 
 
 def _broker_settings(args: argparse.Namespace) -> BrokerSettings:
@@ -331,6 +348,7 @@ _COMMANDS = {
     "train": cmd_train,
     "record": cmd_record,
     "worker": cmd_worker,
+    "run": cmd_run,
 }
 
 

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,65 +19,13 @@ from fabricwatch.replay import replay_trace
 from ingest.simulator import load_scenario, simulate
 from schemas import topics
 from schemas.messages import Anomaly, decode
-from streams.broker import EmbeddedBroker, free_port
+from streams.broker import EmbeddedBroker
 from streams.kafka_io import BrokerSettings, ensure_topics
+from streams.worker_process import WorkerProcess
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios"
 POLL_NS = 1_000_000_000
 SESSION_TIMEOUT_S = 6
-
-
-class Worker:
-    """One ``fabricwatch worker`` process with its web port (ready, healthz, metrics)."""
-
-    def __init__(self, bootstrap: str, log: Path) -> None:
-        self.port = free_port()
-        self._log = log.open("wb")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "fabricwatch.cli",
-                "worker",
-                "--broker",
-                bootstrap,
-                "--session-timeout",
-                str(SESSION_TIMEOUT_S),
-                "--web-port",
-                str(self.port),
-            ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/{path}", timeout=2) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-        except OSError:
-            return 0, ""
-
-    def wait_ready(self, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, "worker exited"
-            if self.get("ready")[0] == 200:
-                return
-            time.sleep(0.2)
-        raise AssertionError(f"worker not ready within {timeout_s} s")
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-        return self.proc.returncode
 
 
 @pytest.fixture
@@ -93,8 +37,10 @@ def broker() -> Iterator[BrokerSettings]:
 
 
 @pytest.fixture
-def workers(broker, tmp_path) -> Iterator[list[Worker]]:
-    started = [Worker(broker.bootstrap, tmp_path / f"worker{i}.log") for i in range(2)]
+def workers(broker, tmp_path) -> Iterator[list[WorkerProcess]]:
+    started = [
+        WorkerProcess(broker.bootstrap, tmp_path / f"worker{i}.log", SESSION_TIMEOUT_S) for i in range(2)
+    ]
     yield started
     for w in started:
         w.stop()
@@ -165,7 +111,7 @@ def test_two_workers_find_what_the_in_process_replay_finds(broker, workers, tmp_
     for w in workers:
         status, body = w.get("healthz")
         assert status == 200, body
-    snapshots = sum(_metric(w, "processed_total", 'what="snapshots"') for w in workers)
+    snapshots = sum(w.metric("processed_total", 'what="snapshots"') for w in workers)
     assert snapshots >= published.records - 100  # every counters record, less phases and topology
 
 
@@ -218,20 +164,10 @@ def test_malformed_and_oversized_input_goes_to_the_dead_letter_topic(broker, wor
         assert headers["topic"] == topics.COUNTERS
         assert bad[r.value].split(":")[0] in headers["reason"], headers
     assert {r.value for r in records} == set(bad)  # the original bytes, kept whole
-    counted = sum(_metric(w, "dead_letters_total", "") for w in workers)
+    counted = sum(w.metric("dead_letters_total") for w in workers)
     assert counted == len(bad)
     for w in workers:
         assert w.proc.poll() is None  # a worker never dies on input
-
-
-def _metric(worker: Worker, name: str, label: str) -> int:
-    status, text = worker.get("metrics")
-    assert status == 200
-    return sum(
-        int(float(line.rsplit(" ", 1)[1]))
-        for line in text.splitlines()
-        if line.startswith(f"fabricwatch_{name}") and label in line
-    )
 
 
 def test_worker_health_endpoints_answer_json(broker, workers):

@@ -1,0 +1,95 @@
+"""A ``fabricwatch worker`` as a child process, for ``fabricwatch run`` and the integration tests."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Self
+
+from streams.broker import free_port
+
+
+class WorkerProcess:
+    """Started on construction; ``stop`` sends SIGTERM (Faust commits and leaves the group)."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        log: Path | None = None,
+        session_timeout_s: float = 6.0,
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.port = free_port()
+        self._log: IO[bytes] | None = log.open("wb") if log is not None else None
+        cmd = [
+            sys.executable,
+            "-m",
+            "fabricwatch.cli",
+            "worker",
+            "--broker",
+            bootstrap,
+            "--session-timeout",
+            str(session_timeout_s),
+            "--web-port",
+            str(self.port),
+            *(extra_args or []),
+        ]
+        out = self._log if self._log is not None else subprocess.DEVNULL
+        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+
+    def get(self, path: str) -> tuple[int, str]:
+        """Status and body of one of the worker's endpoints (0 when it does not answer)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/{path}", timeout=2) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+        except OSError:
+            return 0, ""
+
+    def metric(self, name: str, label: str = "") -> int:
+        """Sum of a ``fabricwatch_<name>`` metric's series whose labels contain ``label``."""
+        status, text = self.get("metrics")
+        if status != 200:
+            return 0
+        return sum(
+            int(float(line.rsplit(" ", 1)[1]))
+            for line in text.splitlines()
+            if line.startswith(f"fabricwatch_{name}") and label in line
+        )
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the worker exited with code {self.proc.returncode}")
+            if self.get("ready")[0] == 200:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"the worker was not ready within {timeout_s:.0f} s")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._log is not None:
+            self._log.close()
+        return self.proc.returncode
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
