@@ -33,6 +33,9 @@ from schemas.messages import (
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 """A 64-port switch snapshot with 8 priorities and 8 queues is about 41 KB; 4 MB is a broken collector."""
 
+_MAX_STEPS = 600
+"""Quiet-stretch ticks at most (a minute at 0.1 s): incidents resolve within seconds of quiet."""
+
 UNKNOWN_POD = "-"
 """Stage-2 key of devices the topology does not place in a pod."""
 
@@ -91,6 +94,11 @@ class Ticker:
 
     def seen(self, ts_ns: int) -> None:
         self.now_ns = max(self.now_ns, ts_ns)
+
+    def force(self) -> int:
+        """Evaluate now, at the latest time seen: the caller knows the burst is complete."""
+        self._next_ns = self.now_ns + self.tick_ns
+        return self.now_ns
 
 
 class Stage1Worker:
@@ -228,6 +236,7 @@ class Stage2Worker:
         self._seq = 0
         self._released_ns = 0
         self._step_ns = int(step_s * 1e9)
+        self._unevaluated = False
 
     def set_topology(self, topology: Topology) -> None:
         self.core.set_fabric(FabricMap(topology, self.config.default_link_gbps))
@@ -288,6 +297,15 @@ class Stage2Worker:
             fired += self._take(ts_ns, symptom)
         if until > self._released_ns:
             fired += self._take(until, None)
+        if (
+            self._unevaluated
+            and not self._held
+            and all(m.caught_up and now - m.heard < self.heartbeat_s for m in self._marks.values())
+        ):
+            # Every input is read to its end: this poll's burst is complete, so evaluate it now
+            # rather than when the next poll's first record arrives, a poll interval later.
+            fired += self.core.tick(self.ticker.force())
+            self._unevaluated = False
         return fired
 
     def _take(self, ts_ns: int, symptom: Symptom | None) -> list[Anomaly]:
@@ -296,15 +314,22 @@ class Stage2Worker:
         the symptom."""
         fired: list[Anomaly] = []
         if self._released_ns:
-            for t in range(self._released_ns + self._step_ns, ts_ns, self._step_ns):
+            # Past the longest resolution wait, more steps change nothing: a jump of hours (a
+            # collector back after an outage) is the same as a jump of a minute.
+            last = min(ts_ns, self._released_ns + _MAX_STEPS * self._step_ns)
+            for t in range(self._released_ns + self._step_ns, last, self._step_ns):
                 fired += self._tick_at(t)
         fired += self._tick_at(ts_ns)
         if symptom is not None:
             self.core.on_symptom(symptom)
+            self._unevaluated = True
         self._released_ns = max(self._released_ns, ts_ns)
         return fired
 
     def _tick_at(self, ts_ns: int) -> list[Anomaly]:
         due = self.ticker.due(ts_ns)
         self.ticker.seen(ts_ns)
-        return self.core.tick(due) if due is not None else []
+        if due is None:
+            return []
+        self._unevaluated = False
+        return self.core.tick(due)

@@ -3,6 +3,7 @@ the in-process pipeline's."""
 
 from __future__ import annotations
 
+import time
 import zlib
 from pathlib import Path
 
@@ -126,3 +127,17 @@ def test_ticker_evaluates_before_the_record_that_crosses_a_tick():
     t.seen(500_000_000)
     assert t.due(900_000_000) is None
     assert t.due(1_000_000_000) == 500_000_000
+
+
+def test_a_jump_of_months_in_input_time_is_quick_and_resolves_what_was_open():
+    stage2 = Stage2Worker(DetectorConfig())
+    start = 1_000_000_000_000
+    for i in range(5):
+        ts = start + i * 1_000_000_000
+        stage2.feed(encode(Symptom("incast", "leaf00", ts, start, port="Ethernet8", priority=3)), now=0.0)
+        stage2.feed(encode(Watermark("a", ts)), now=0.0)
+    months = start + 300 * 86_400 * 1_000_000_000
+    began = time.perf_counter()
+    fired, _ = stage2.feed(encode(Watermark("a", months)), now=1.0)
+    assert time.perf_counter() - began < 1.0
+    assert [a.status for a in fired if a.kind == "incast"] == ["resolved"]

@@ -1,0 +1,230 @@
+"""End-to-end streaming: counter values/s through a broker and the Faust workers, beside a bare
+kafka-python consumer of the same topic in the same run; then latency from snapshot produced to
+anomaly produced under a chosen load. Prints JSON lines.
+
+    python bench/bench_streaming.py [--scenario FILE] [--duration S] [--workers N] [--load VALUES_PER_S]
+
+1. Simulates the scenario (256 hosts by default) and publishes its snapshots to an embedded Tansu
+   broker as a backlog.
+2. Bare consumer: one kafka-python consumer reads every message of ``fabric.counters`` and does
+   nothing with it: the ceiling of reading the topic in Python.
+3. End to end: N worker processes consume the same backlog (decode, rates, detectors, producing
+   rates and symptoms, stage 2); throughput is read off their /metrics while they drain it.
+4. Latency: with the workers caught up, the scenario is published again live, at the pace that
+   gives ``--load`` counter values/s, its clock starting now. For every anomaly event the latency
+   is its produce time (broker timestamp) minus the wall time at which the snapshot of the
+   anomaly's time was published. The same for symptoms (stage 1 alone), which are many more.
+
+Everything shares this machine's cores (broker, workers, publisher, this process), so the figures
+are a floor for a deployment where the broker runs elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from fabricwatch.broker_replay import publish_trace
+from ingest.simulator import load_scenario, simulate
+from schemas import topics
+from schemas.messages import Anomaly, Symptom, decode
+from schemas.trace import TraceReader
+from streams.broker import EmbeddedBroker
+from streams.kafka_io import BrokerSettings, ensure_topics
+from streams.worker_process import WorkerProcess
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios"
+
+
+def emit(**fields: object) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def bare_consumer(settings: BrokerSettings, expected: int) -> float:
+    """Seconds for one consumer to read ``expected`` messages of the counters topic."""
+    consumer = KafkaConsumer(**settings.kafka_kwargs(), enable_auto_commit=False)
+    parts = consumer.partitions_for_topic(topics.COUNTERS)
+    tps = [TopicPartition(topics.COUNTERS, p) for p in sorted(parts)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    count, started = 0, time.perf_counter()
+    while count < expected:
+        for records in consumer.poll(timeout_ms=500, max_records=10_000).values():
+            count += len(records)
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return elapsed
+
+
+def drain(workers: list[WorkerProcess], snapshots: int, total_values: int) -> dict[str, float]:
+    """Throughput while the workers drain the backlog: the middle 80% of it, so that the group's
+    join at the start and the last partition's tail do not count."""
+    samples: list[tuple[float, int]] = []
+    while True:
+        done = sum(w.metric("processed_total", 'what="snapshots"') for w in workers)
+        values = sum(w.metric("processed_total", 'what="values"') for w in workers)
+        samples.append((time.perf_counter(), values))
+        if done >= snapshots:
+            break
+        time.sleep(0.25)
+    lo = next(s for s in samples if s[1] >= 0.1 * total_values)
+    hi = next(s for s in samples if s[1] >= 0.9 * total_values)
+    first = next(s for s in samples if s[1] > 0)
+    if hi[0] <= lo[0]:  # drained between two samples: the whole backlog is all there is
+        lo, hi = first, samples[-1]
+    return {
+        "sustained_values_per_s": (hi[1] - lo[1]) / (hi[0] - lo[0]),
+        "whole_backlog_s": samples[-1][0] - first[0],
+    }
+
+
+def latency(settings: BrokerSettings, scenario: Path, duration: int, load: float, tmp: Path) -> None:
+    trace = tmp / "live.trace"
+    stats = simulate(load_scenario(scenario, {"duration": duration, "start_time": time.time_ns()}), trace)
+    speed = load / (stats.values / stats.simulated_seconds)
+    watcher = KafkaConsumer(**settings.kafka_kwargs(), enable_auto_commit=False)
+    tps = [
+        TopicPartition(t, p)
+        for t in (topics.ANOMALIES, topics.SYMPTOMS)
+        for p in sorted(watcher.partitions_for_topic(t))
+    ]
+    watcher.assign(tps)
+    watcher.seek_to_end(*tps)
+    for tp in tps:
+        watcher.position(tp)
+    sent: dict[int, float] = {}
+    feeder = threading.Thread(target=feed, args=(trace, settings, speed, sent))
+    feeder.start()
+    anomaly_s: list[float] = []
+    symptom_s: list[float] = []
+    quiet_until = None
+    while quiet_until is None or time.time() < quiet_until:
+        for records in watcher.poll(timeout_ms=200).values():
+            for r in records:
+                msg = decode(r.value)
+                if isinstance(msg, Anomaly | Symptom):
+                    (anomaly_s if isinstance(msg, Anomaly) else symptom_s).append((r.timestamp, msg.ts_ns))
+        if quiet_until is None and not feeder.is_alive():
+            quiet_until = time.time() + 5
+    watcher.close()
+    times = sorted(sent)
+
+    def delays(events: list[tuple[int, int]]) -> list[float]:
+        """Produce time minus the wall time at which the newest snapshot not after the event's
+        time was sent (a resolution's time may fall between polls)."""
+        out = []
+        for produced_ms, ts_ns in events:
+            i = bisect.bisect_right(times, ts_ns) - 1
+            if i >= 0:
+                out.append(produced_ms / 1000 - sent[times[i]])
+        return out
+
+    anomalies, symptoms = delays(anomaly_s), delays(symptom_s)
+    emit(
+        bench="streaming_latency",
+        load_values_per_s=round(stats.values / stats.simulated_seconds * speed),
+        speed=round(speed, 2),
+        anomaly_events=len(anomalies),
+        anomaly_p50_s=round(_quantile(anomalies, 0.5), 3),
+        anomaly_p99_s=round(_quantile(anomalies, 0.99), 3),
+        anomaly_max_s=round(max(anomalies, default=float("nan")), 3),
+        symptoms=len(symptoms),
+        symptom_p50_s=round(_quantile(symptoms, 0.5), 3),
+        symptom_p99_s=round(_quantile(symptoms, 0.99), 3),
+    )
+
+
+def feed(trace: Path, settings: BrokerSettings, speed: float, sent: dict[int, float]) -> None:
+    """Publish at ``speed`` x the trace's pace, noting when the broker acknowledged each snapshot
+    time: that is when the snapshot was produced. One Python producer standing in for hundreds of
+    collectors queues a poll's burst for a while before the broker has it; that wait is the load
+    generator's, not the pipeline's. It sends uncompressed (loopback) to leave the shared cores to
+    the broker and the workers."""
+    producer = KafkaProducer(
+        **settings.kafka_kwargs(), linger_ms=5, batch_size=512 * 1024, max_request_size=8 * 1024 * 1024
+    )
+
+    def acked(ts_ns: int, _metadata: object) -> None:
+        sent.setdefault(ts_ns, time.time())
+
+    started = time.time()
+    first_ns = None
+    with TraceReader(trace) as reader:
+        for rec in reader:
+            if rec.topic == topics.LABELS:
+                continue
+            first_ns = rec.ts_ns if first_ns is None else first_ns
+            delay = started + (rec.ts_ns - first_ns) / 1e9 / speed - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            key = rec.key.encode() if rec.key is not None else None
+            future = producer.send(rec.topic, key=key, value=rec.value(), timestamp_ms=rec.ts_ns // 1_000_000)
+            future.add_callback(acked, rec.ts_ns)
+    producer.flush()
+    producer.close()
+
+
+def _quantile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenario", type=Path, default=SCENARIOS / "large.yaml")
+    ap.add_argument("--duration", type=int, default=120, help="simulated seconds of backlog")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--load", type=float, default=500_000, help="counter values/s for the latency run")
+    ap.add_argument("--latency-duration", type=int, default=200, help="simulated seconds fed live")
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp_dir, EmbeddedBroker() as broker:
+        tmp = Path(tmp_dir)
+        settings = BrokerSettings(bootstrap=broker.bootstrap)
+        ensure_topics(settings)
+        trace = tmp / "backlog.trace"
+        stats = simulate(load_scenario(args.scenario, {"duration": args.duration}), trace)
+        published = publish_trace(trace, settings)
+        emit(
+            bench="streaming_backlog",
+            scenario=args.scenario.name,
+            snapshots=stats.snapshots,
+            values=stats.values,
+            values_per_snapshot=round(stats.values / stats.snapshots, 1),
+            publish_values_per_s=round(stats.values / published.wall_s),
+        )
+        bare_s = bare_consumer(settings, stats.snapshots)
+        bare = stats.values / bare_s
+        emit(bench="bare_consumer", values_per_s=round(bare), messages_per_s=round(stats.snapshots / bare_s))
+
+        workers = [WorkerProcess(settings.bootstrap, tmp / f"w{i}.log") for i in range(args.workers)]
+        try:
+            e2e = drain(workers, stats.snapshots, stats.values)
+            emit(
+                bench="end_to_end",
+                workers=args.workers,
+                values_per_s=round(e2e["sustained_values_per_s"]),
+                ratio_to_bare=round(e2e["sustained_values_per_s"] / bare, 3),
+                whole_backlog_s=round(e2e["whole_backlog_s"], 1),
+                target_values_per_s=500_000,
+                target_ratio=0.5,
+            )
+            latency(settings, args.scenario, args.latency_duration, args.load, tmp)
+        finally:
+            for w in workers:
+                w.stop()
+
+
+if __name__ == "__main__":
+    main()
