@@ -19,6 +19,7 @@ from fabricwatch.replay import replay_trace
 from ingest.simulator import load_scenario, simulate
 from schemas import topics
 from schemas.messages import Anomaly, decode
+from schemas.trace import TraceReader
 from streams.broker import EmbeddedBroker
 from streams.kafka_io import BrokerSettings, ensure_topics
 from streams.worker_process import WorkerProcess
@@ -175,3 +176,23 @@ def test_worker_health_endpoints_answer_json(broker, workers):
         w.wait_ready()
     status, body = workers[0].get("healthz")
     assert status == 200 and json.loads(body)["healthy"] is True
+
+
+def test_a_stopped_worker_has_committed_what_it_processed(broker, tmp_path):
+    from kafka import KafkaAdminClient
+
+    path = trace(tmp_path, duration=20)
+    worker = WorkerProcess(broker.bootstrap, tmp_path / "w.log", SESSION_TIMEOUT_S)
+    try:
+        worker.wait_ready()
+        publish_trace(path, broker)
+        with TraceReader(path) as reader:
+            counters = sum(1 for r in reader if r.topic == topics.COUNTERS)
+        assert wait_until(lambda: worker.metric("processed_total", 'what="snapshots"') >= counters, 60)
+    finally:
+        assert worker.stop() == 0  # SIGTERM: a clean exit
+    admin = KafkaAdminClient(**broker.kafka_kwargs())
+    committed = admin.list_group_offsets("fabricwatch")["fabricwatch"]
+    admin.close()
+    done = sum(o.offset for tp, o in committed.items() if tp.topic == topics.COUNTERS)
+    assert done == counters  # a restart would start after the last snapshot, not redo any

@@ -1,0 +1,85 @@
+"""The deployment files say what the worker really takes and serves: no systemd or Kubernetes here,
+so their commands are parsed by the worker's own argument parser and their settings by our loaders."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+import yaml
+
+from detectors.config import load_config
+from fabricwatch import worker
+from streams.kafka_io import load_broker_settings
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+
+
+def worker_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="fabricwatch")
+    worker.add_parser(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(argv)
+
+
+def exec_start(unit: Path, instance: str) -> list[str]:
+    lines = unit.read_text().replace("\\\n", " ").splitlines()
+    command = next(line.split("=", 1)[1] for line in lines if line.startswith("ExecStart="))
+    return shlex.split(command.replace("%i", instance))
+
+
+def test_the_systemd_unit_starts_a_worker_with_arguments_it_accepts():
+    argv = exec_start(DEPLOY / "systemd" / "fabricwatch-worker@.service", "2")
+    assert argv[0].endswith("/fabricwatch")
+    args = worker_args(argv[1:])
+    assert args.command == "worker"
+    assert args.web_port == 6072
+    assert args.config == args.broker_config == Path("/etc/fabricwatch/fabricwatch.yaml")
+
+
+def test_the_kubernetes_worker_probes_the_endpoints_the_worker_serves(tmp_path):
+    docs = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "workers.yaml").read_text()))
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    args = worker_args(container["args"])
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["http"] == args.web_port
+    assert args.web_bind == "0.0.0.0"  # probes come from the kubelet, not from localhost
+    assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    # Time for Faust to commit and leave the group on SIGTERM, beyond the session timeout's wait.
+    assert pod["terminationGracePeriodSeconds"] >= 30
+
+    config_map = next(d for d in docs if d["kind"] == "ConfigMap")
+    config = tmp_path / "fabricwatch.yaml"
+    config.write_text(config_map["data"]["fabricwatch.yaml"])
+    assert load_config(config).incast.ecn_kmin_bytes == 300_000
+    password = next(e for e in container["env"] if e["name"] == "FABRICWATCH_SASL_PASSWORD")
+    assert "secretKeyRef" in password["valueFrom"]
+    broker = load_broker_settings(config, {"FABRICWATCH_SASL_PASSWORD": "s3cret"})
+    assert broker.security_protocol == "SASL_SSL" and broker.sasl_password == "s3cret"
+    assert "s3cret" not in repr(broker)
+
+
+def test_the_environment_file_names_only_variables_the_settings_read():
+    names = {
+        line.lstrip("# ").split("=", 1)[0]
+        for line in (DEPLOY / "systemd" / "fabricwatch.env").read_text().splitlines()
+        if "=" in line and line.lstrip("# ").startswith("FABRICWATCH_")
+    }
+    known = {"FABRICWATCH_CLICKHOUSE_URL"} | {
+        f"FABRICWATCH_{k}"
+        for k in (
+            "BROKER",
+            "SECURITY_PROTOCOL",
+            "SASL_MECHANISM",
+            "SASL_USERNAME",
+            "SASL_PASSWORD",
+            "SSL_CAFILE",
+        )
+    }
+    assert names and names <= known
+    env = {n: "x" for n in names if n not in {"FABRICWATCH_CLICKHOUSE_URL"}}
+    env.update(FABRICWATCH_SECURITY_PROTOCOL="SASL_SSL", FABRICWATCH_SASL_MECHANISM="PLAIN")
+    assert load_broker_settings(None, env).bootstrap == "x"
