@@ -7,13 +7,16 @@ anomalies, so tests and benchmarks drive it exactly like replay does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from detectors.config import DetectorConfig
 from detectors.fabric import FabricMap
 from detectors.incidents import Correlator
 from detectors.outliers import OutlierStage
+from detectors.rates import RateFrame
 from detectors.stage1 import Stage1
+from detectors.ticks import Ticker
 from schemas import topics
 from schemas.messages import Anomaly, DecodeError, Label, Phase, Snapshot, Topology, decode
 
@@ -52,12 +55,15 @@ class Pipeline:
     labels: list[Label] = field(default_factory=list)
     max_dead_letters_kept: int = 1000
     outliers: OutlierStage | None = None
+    on_frame: Callable[[RateFrame], None] | None = None
+    """Called with every rate frame (e.g. to store rates); None costs nothing."""
+    on_context: Callable[[Phase | Topology], None] | None = None
+    """Called with every decoded phase and topology (e.g. to store them)."""
 
     def __post_init__(self) -> None:
         self.stage1 = Stage1(self.config, self.outliers)
         self.stage2 = Correlator(self.config.incidents)
-        self._next_tick_ns: int | None = None
-        self._now_ns = 0
+        self._ticker = Ticker(self.tick_s)
 
     def feed(self, topic: str, ts_ns: int, value: bytes, where: str = "") -> list[Anomaly]:
         """One record in; the anomalies (lifecycle events) it caused out."""
@@ -73,39 +79,38 @@ class Pipeline:
             self._dead_letter(where, topic, str(exc))
             return anomalies
         self._dispatch(msg)
-        self._now_ns = max(self._now_ns, ts_ns)
+        self._ticker.seen(ts_ns)
         return anomalies
 
     def finish(self) -> list[Anomaly]:
         """Evaluate what is pending at the end of the input (the last poll's symptoms)."""
-        return self._tick(self._now_ns)
+        return self._tick(self._ticker.now_ns)
 
     def _dispatch(self, msg: Snapshot | Phase | Topology | Label) -> None:
         if isinstance(msg, Snapshot):
             self.stats.snapshots += 1
             self.stats.values += len(msg.ports) * len(msg.counters)
-            _, symptoms = self.stage1.process(msg)
+            frame, symptoms = self.stage1.process(msg)
+            if frame is not None and self.on_frame is not None:
+                self.on_frame(frame)
             self.stats.symptoms += len(symptoms)
             for s in symptoms:
                 self.stage2.on_symptom(s)
         elif isinstance(msg, Phase):
             self.stage2.on_phase(msg)
+            if self.on_context is not None:
+                self.on_context(msg)
         elif isinstance(msg, Topology):
             self.stage1.set_topology(msg)
             self.stage2.set_fabric(FabricMap(msg, self.config.default_link_gbps))
+            if self.on_context is not None:
+                self.on_context(msg)
         else:
             self.labels.append(msg)
 
     def _maybe_tick(self, ts_ns: int) -> list[Anomaly]:
-        """Evaluate stage 2 when input time passes the next tick, *before* taking the new record:
-        snapshots of one poll arrive in a burst, and evaluating at the end of the burst (the time
-        of the last record taken) is what a worker ticking on a wall clock would do."""
-        if self._next_tick_ns is None:
-            self._next_tick_ns = ts_ns + int(self.tick_s * 1e9)
-        if ts_ns < self._next_tick_ns:
-            return []
-        self._next_tick_ns = ts_ns + int(self.tick_s * 1e9)
-        return self._tick(self._now_ns)
+        due = self._ticker.due(ts_ns)
+        return [] if due is None else self._tick(due)
 
     def _tick(self, now_ns: int) -> list[Anomaly]:
         held = self.stage1.flush()

@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from detectors.config import DetectorConfig
+from detectors.ticks import Ticker
 from fabricwatch.pipeline import Pipeline
 from fabricwatch.replay import replay_trace
 from ingest.simulator import load_scenario, simulate
 from schemas import topics
 from schemas.messages import Phase, Symptom, Topology, Watermark, decode, encode
 from schemas.trace import TraceReader
-from streams.stages import Stage1Worker, Stage2Worker, Ticker
+from streams.stages import Stage1Worker, Stage2Worker
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios"
 PARTITIONS = 4
