@@ -20,9 +20,14 @@ from fabricwatch.replay import replay_trace
 from schemas import topics
 from schemas.messages import Anomaly, encode
 from schemas.trace import TraceFormatError, TraceWriter
+from streams.clickhouse_backend import StoreError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from alerts.commands import ReplayAlerts
     from detectors.outliers import OutlierDetector
+    from streams.clickhouse_recorder import PipelineRecorder
     from streams.kafka_io import BrokerSettings
 
 
@@ -42,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     rep = sub.add_parser("replay", help="replay a trace through the detection pipeline in process")
     rep.add_argument("trace", type=Path)
     _detection_options(rep)
+    _store_options(rep, None)
+    rep.add_argument("--alerts", type=Path, default=None, help="YAML with an alerts: section: deliver alerts")
     rep.add_argument("--broker", default=None, help="publish the trace to this Kafka (HOST:PORT) instead")
     rep.add_argument(
         "--speed", type=float, default=0.0, help="with --broker: 1 = original pace, N = N x faster, 0 = max"
@@ -68,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--scenario", type=Path, default=None)
     demo.add_argument("--seed", type=int, default=None)
     _detection_options(demo)
+    _store_options(demo, Path("fabricwatch-data"), can_skip=True)
 
     col = sub.add_parser("collect", help="poll this host's RDMA NICs into a trace file")
     col.add_argument("--out", type=Path, required=True, help="trace file to write (.gz to compress)")
@@ -95,10 +103,97 @@ def main(argv: list[str] | None = None) -> int:
     worker.add_parser(sub)
     run.add_parser(sub)
 
+    snk = sub.add_parser(
+        "sink", help="store fabric.rates/anomalies/phases/topology from Kafka into ClickHouse"
+    )
+    snk.add_argument("--broker", default=None, help="Kafka bootstrap HOST:PORT (or FABRICWATCH_BROKER)")
+    snk.add_argument(
+        "--broker-config", type=Path, default=None, help="YAML with a broker: section (SASL/TLS)"
+    )
+    _store_options(snk, Path("fabricwatch-data"))
+    snk.add_argument("--group-id", default="fabricwatch-sink", help="consumer group (offsets live there)")
+    snk.add_argument(
+        "--rebalance-timeout",
+        type=float,
+        default=60.0,
+        help="seconds: consumer-group rebalance and max poll interval (session timeout at most 10 s)",
+    )
+    snk.add_argument("--max-rows", type=int, default=200_000, help="insert when this many rows are buffered")
+    snk.add_argument(
+        "--max-delay", type=float, default=5.0, help="... or when the oldest waited this long (s)"
+    )
+    snk.add_argument(
+        "--idle-exit", type=float, default=None, help="stop after this many seconds without a record"
+    )
+
+    gp = sub.add_parser("grafana", help="push fabricwatch's dashboards and anomalies to Grafana")
+    gsub = gp.add_subparsers(dest="grafana_command", required=True)
+    gpush = gsub.add_parser("push", help="create or update folder, datasource, dashboards, annotations")
+    gpush.add_argument("--url", required=True, help="Grafana base URL, e.g. http://grafana:3000")
+    gpush.add_argument(
+        "--token-file", type=Path, default=None, help="service-account token (or FABRICWATCH_GRAFANA_TOKEN)"
+    )
+    gpush.add_argument(
+        "--user", default=None, help="basic auth instead; password in FABRICWATCH_GRAFANA_PASSWORD"
+    )
+    gpush.add_argument(
+        "--clickhouse-url",
+        required=True,
+        help="ClickHouse as Grafana reaches it: clickhouse://USER@HOST:9000/DB or http(s)://... "
+        "(password in FABRICWATCH_CLICKHOUSE_PASSWORD)",
+    )
+    gpush.add_argument(
+        "--anomalies", type=Path, default=None, help="anomaly events to annotate (replay --json)"
+    )
+    gpush.add_argument(
+        "--annotate-dashboard", default=None, help="dashboard uid for annotations (default: org)"
+    )
+    gpush.add_argument(
+        "--from-store",
+        default=None,
+        help="annotate the incidents of this store (chdb dir or clickhouse:// URL)",
+    )
+    gpush.add_argument(
+        "--since", default=None, help="with --from-store: incidents active since (ISO 8601 or ns)"
+    )
+    gpush.add_argument("--datasource-uid", default="fabricwatch-clickhouse")
+    gpush.add_argument("--folder-uid", default="fabricwatch")
+
+    rp = sub.add_parser("report", help="write PNG charts and an HTML index from the ClickHouse store")
+    rp.add_argument("--out", type=Path, required=True, help="directory for the PNGs and index.html")
+    rp.add_argument("--data-dir", type=Path, default=Path("fabricwatch-data"), help="the chdb store to read")
+    rp.add_argument(
+        "--clickhouse", default=None, help="read a server instead: clickhouse://user@host:9000/db"
+    )
+    rp.add_argument(
+        "--start", default=None, help="ISO 8601 (UTC) or ns since the epoch; default: first stored"
+    )
+    rp.add_argument("--end", default=None, help="ISO 8601 (UTC) or ns since the epoch; default: last stored")
+    rp.add_argument("--ports", type=int, default=8, help="how many per-port timelines to draw")
+    rp.add_argument(
+        "--resolution",
+        choices=["rates_raw", "rates_10s", "rates_1m", "rates_1h"],
+        default=None,
+        help="table to draw from (default: the finest with rates in the range)",
+    )
+
+    al = sub.add_parser("alert", help="consume fabric.anomalies and deliver alerts to webhooks")
+    al.add_argument("--broker", default=None, help="Kafka bootstrap HOST:PORT (or FABRICWATCH_BROKER)")
+    al.add_argument("--broker-config", type=Path, default=None, help="YAML with a broker: section (SASL/TLS)")
+    al.add_argument("--config", type=Path, required=True, help="YAML with an alerts: section")
+    al.add_argument("--group-id", default="fabricwatch-alerts", help="consumer group (offsets live there)")
+
+    sil = sub.add_parser("silence", help="add a silence (label matchers with an expiry) to a silences file")
+    sil.add_argument("matchers", nargs="+", metavar="MATCHER", help='e.g. device="leaf-3" kind=~"incast"')
+    sil.add_argument("--file", type=Path, required=True, help="the silences_file of the alerts: section")
+    sil.add_argument("--for", dest="duration", default="2h", help="how long (e.g. 30m, 2h; default 2h)")
+    sil.add_argument("--comment", default="", help="why")
+    sil.add_argument("--author", default=os.environ.get("USER", ""), help="who (default: $USER)")
+
     args = parser.parse_args(argv)
     try:
         return _COMMANDS[args.command](args)
-    except (ConfigError, TraceFormatError, ValueError, OSError) as exc:
+    except (ConfigError, TraceFormatError, ValueError, OSError, StoreError) as exc:
         print(f"fabricwatch {args.command}: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
@@ -218,12 +313,27 @@ def replay(path: Path, args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     outliers = _outlier_detector(path, args, config)
-    result = replay_trace(path, Pipeline(config, outliers=outliers), show, malformed)
+    alerting = _replay_alerts(args)
+    on_events = show if alerting is None else _both(show, alerting.feed)
+    pipeline = Pipeline(config, outliers=outliers)
+    recorder = _store_recorder(args, pipeline)
+    if recorder is not None:
+        on_events = _both(on_events, recorder.on_anomalies)
+    try:
+        result = replay_trace(path, pipeline, on_events, malformed)
+        if recorder is not None:
+            recorder.finish()
+            _print_stored(recorder, sys.stderr if args.json else out)
+    finally:
+        if recorder is not None:
+            recorder.sink.store.close()
+    # Exit 1 when an alert was given up or left undelivered, after the usual output.
+    alerts_ok = alerting is None or alerting.finish(sys.stderr if args.json else out)
     pipeline = result.pipeline
     for dl in pipeline.dead_letters:
         print(f"{dl.where}: dead letter ({dl.topic}): {dl.reason}", file=sys.stderr)
     if args.json:
-        return 0
+        return 0 if alerts_ok else 1
     print("\nIncidents", file=out)
     console.print_incidents(result.anomalies, out)
     if pipeline.labels:
@@ -236,6 +346,88 @@ def replay(path: Path, args: argparse.Namespace) -> int:
         f"{result.malformed_lines} malformed lines and {s.dead_letters} undecodable messages skipped",
         file=out,
     )
+    return 0 if alerts_ok else 1
+
+
+def _store_options(p: argparse.ArgumentParser, default_dir: Path | None, can_skip: bool = False) -> None:
+    where = f"default {default_dir}" if default_dir else "default: do not store"
+    p.add_argument(
+        "--data-dir", type=Path, default=default_dir, help=f"embedded ClickHouse (chdb) store, {where}"
+    )
+    p.add_argument(
+        "--clickhouse",
+        default=None,
+        help="store in a server instead: clickhouse://user:password@host:9000/db",
+    )
+    if can_skip:
+        p.add_argument("--no-store", action="store_true", help="do not store rates and anomalies")
+
+
+def _store_recorder(args: argparse.Namespace, pipeline: Pipeline) -> PipelineRecorder | None:
+    """A recorder storing what the pipeline sees, when a store is asked for (or is the default)."""
+    target = args.clickhouse or args.data_dir
+    if target is None or getattr(args, "no_store", False):
+        return None
+    from streams.clickhouse_recorder import PipelineRecorder
+    from streams.clickhouse_sink import Sink, Store
+
+    return PipelineRecorder(pipeline, Sink(Store.open(target)))
+
+
+def _both(
+    first: Callable[[list[Anomaly]], None], second: Callable[[list[Anomaly]], None]
+) -> Callable[[list[Anomaly]], None]:
+    def call(events: list[Anomaly]) -> None:
+        first(events)
+        second(events)
+
+    return call
+
+
+def _print_stored(recorder: PipelineRecorder, out: TextIO) -> None:
+    s = recorder.sink.stats
+    print(
+        f"\nstored {s.rate_rows} rate rows ({s.rate_rows_skipped} were already stored), {s.anomalies} "
+        f"anomaly events, {s.phases} phases, {s.topologies} topologies in {recorder.sink.store.where} "
+        f"({s.insert_s:.2f} s inserting)",
+        file=out,
+    )
+
+
+def cmd_sink(args: argparse.Namespace) -> int:
+    """Runs until SIGINT/SIGTERM (or --idle-exit), then stores and commits what it holds."""
+    import signal
+    import threading
+
+    from streams.clickhouse_consumer import run_sink
+    from streams.clickhouse_sink import Store
+
+    settings = _broker_settings(args)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with Store.open(args.clickhouse or args.data_dir) as store:
+        print(
+            f"storing into {store.where} from {settings.bootstrap} (group {args.group_id})", file=sys.stderr
+        )
+        timeout_ms = int(args.rebalance_timeout * 1000)
+        session_ms = min(timeout_ms, 10_000)
+        options = {
+            "max_poll_interval_ms": timeout_ms,
+            "session_timeout_ms": session_ms,
+            "heartbeat_interval_ms": min(3000, session_ms // 3),
+        }
+        run_sink(
+            settings,
+            store,
+            args.group_id,
+            args.max_rows,
+            args.max_delay,
+            stop,
+            args.idle_exit,
+            consumer_options=options,
+            report=print,
+        )
     return 0
 
 
@@ -339,6 +531,89 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_grafana(args: argparse.Namespace) -> int:
+    from fabricwatch.grafana import (
+        GrafanaClient,
+        GrafanaError,
+        parse_clickhouse_url,
+        read_anomalies,
+        resolve_auth,
+    )
+
+    token, basic = resolve_auth(args.token_file, args.user)
+    target = parse_clickhouse_url(args.clickhouse_url, os.environ.get("FABRICWATCH_CLICKHOUSE_PASSWORD", ""))
+    anomalies = read_anomalies(args.anomalies) if args.anomalies else []
+    if args.from_store:
+        anomalies += _stored_anomalies(args.from_store, args.since)
+    client = GrafanaClient(args.url, token=token, basic_auth=basic, log=print)
+    try:
+        result = client.push(
+            target,
+            anomalies,
+            datasource_uid=args.datasource_uid,
+            folder_uid=args.folder_uid,
+            annotate_dashboard=args.annotate_dashboard,
+        )
+    except GrafanaError as exc:
+        print(f"fabricwatch grafana {args.grafana_command}: {exc}", file=sys.stderr)
+        return 2
+    counts = ", ".join(f"{result.count(a)} {a}" for a in ("created", "updated", "unchanged"))
+    print(f"grafana push to {args.url}: {counts}")
+    return 0
+
+
+def _replay_alerts(args: argparse.Namespace) -> ReplayAlerts | None:
+    if getattr(args, "alerts", None) is None:
+        return None
+    from alerts.commands import ReplayAlerts
+    from alerts.config import load_alerts_config
+
+    return ReplayAlerts(load_alerts_config(args.alerts))
+
+
+def cmd_alert(args: argparse.Namespace) -> int:
+    from alerts.commands import run_alert
+
+    return run_alert(_broker_settings(args), args.config, args.group_id, sys.stdout)
+
+
+def cmd_silence(args: argparse.Namespace) -> int:
+    from alerts.commands import add_silence
+
+    return add_silence(args.file, args.matchers, args.duration, args.comment, args.author, sys.stdout)
+
+
+def _stored_anomalies(target: str, since: str | None) -> list[Anomaly]:
+    from fabricwatch.grafana import anomalies_from_store
+    from fabricwatch.report import parse_time
+    from streams.clickhouse_sink import Store
+
+    if "://" not in target and not Path(target).is_dir():
+        raise ValueError(f"--from-store {target}: no store there")
+    with Store.open(target) as store:
+        return anomalies_from_store(store, parse_time(since))
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from fabricwatch.report import parse_time, write_report
+    from streams.clickhouse_backend import StoreError
+    from streams.clickhouse_sink import Store
+
+    if args.clickhouse is None and not args.data_dir.is_dir():
+        raise ValueError(f"--data-dir {args.data_dir}: no store there (replay or demo with a store first)")
+    try:
+        with Store.open(args.clickhouse or args.data_dir) as store:
+            start, end = parse_time(args.start), parse_time(args.end)
+            paths = write_report(
+                store, args.out, start, end, max_ports=args.ports, resolution=args.resolution
+            )
+    except StoreError as exc:
+        print(f"fabricwatch report: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(paths) - 1} charts and {paths[-1]}")
+    return 0
+
+
 _COMMANDS = {
     "simulate": cmd_simulate,
     "replay": cmd_replay,
@@ -347,8 +622,13 @@ _COMMANDS = {
     "evaluate": cmd_evaluate,
     "train": cmd_train,
     "record": cmd_record,
+    "alert": cmd_alert,
+    "silence": cmd_silence,
     "worker": cmd_worker,
     "run": cmd_run,
+    "sink": cmd_sink,
+    "grafana": cmd_grafana,
+    "report": cmd_report,
 }
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import time
 from pathlib import Path
 from types import TracebackType
 from typing import Self
+
+from streams.processes import wait_listening
 
 
 class BrokerError(RuntimeError):
@@ -52,18 +53,12 @@ class EmbeddedBroker:
         url = f"tcp://{self.bootstrap}"
         cmd = [str(broker_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url]
         self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                err = self._proc.stderr.read().decode(errors="replace") if self._proc.stderr else ""
-                raise BrokerError(
-                    f"the embedded broker exited at start (code {self._proc.returncode}): {err}"
-                )
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return self
-            except OSError:
-                time.sleep(0.05)
+        state = wait_listening(self._proc, self.port, self.start_timeout_s)
+        if state == "listening":
+            return self
+        if state == "exited":
+            err = self._proc.stderr.read().decode(errors="replace") if self._proc.stderr else ""
+            raise BrokerError(f"the embedded broker exited at start (code {self._proc.returncode}): {err}")
         self.stop()
         raise BrokerError(
             f"the embedded broker did not listen on {self.bootstrap} within {self.start_timeout_s} s"

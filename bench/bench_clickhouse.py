@@ -1,0 +1,219 @@
+"""Insert throughput of per-port rates into ClickHouse: our Sink beside a direct bulk insert.
+
+For each backend (chdb in process; a real ``clickhouse-server`` started here when installed) and
+each batch size, the same rows go in two ways into a fresh database with the full schema (so the
+three rollup views run in both):
+
+* ``sink``: PortRates messages (values as lists, as decoded from Kafka) through ``Sink.add_rates``
+  and ``flush`` every ``max_rows``: everything the ``fabricwatch sink`` loop does except Kafka.
+* ``direct``: the same rows already as columns, one insert per batch straight into the backend.
+
+The ratio is what our batching and conversion cost. A separate line compares ways to hand chdb a
+batch (Arrow through ``Python()``, a pandas DataFrame, a Parquet file), which picked Arrow.
+
+Run: ``python bench/bench_clickhouse.py [--rows N] [--batches 20000,50000,100000,200000] [--repeats 3]``.
+Prints one JSON object per measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from schemas.messages import PORT_RATE_COLUMNS, PortRates
+from streams.clickhouse_server import LocalClickHouse, server_binary
+from streams.clickhouse_sink import Sink, Store
+
+PORTS = 64
+T0_NS = (time.time_ns() - 3600 * 10**9) // 10**9 * 10**9
+
+
+def messages(rows: int, seed: int = 1) -> list[PortRates]:
+    """Switch snapshots of 64 ports, one per device per second; ~5% unknown values."""
+    rng = np.random.default_rng(seed)
+    devices = 200
+    out = []
+    ports = [f"Ethernet{i * 4}" for i in range(PORTS)]
+    for i in range(rows // PORTS):
+        values = rng.random((PORTS, len(PORT_RATE_COLUMNS))) * 1e9
+        values[rng.random(values.shape) < 0.05] = np.nan
+        out.append(
+            PortRates(
+                device=f"leaf{i % devices:03d}",
+                device_kind="switch",
+                ts_ns=T0_NS + (i // devices) * 10**9,
+                dt_s=1.0,
+                ports=ports,
+                columns=list(PORT_RATE_COLUMNS),
+                values=[[None if np.isnan(v) else v for v in row] for row in values.tolist()],
+            )
+        )
+    return out
+
+
+def as_columns(msgs: list[PortRates]) -> dict[str, Any]:
+    n = len(msgs) * PORTS
+    ts = np.repeat(np.array([m.ts_ns for m in msgs], dtype=np.uint64), PORTS)
+    values = np.array([m.values for m in msgs], dtype=np.float64).reshape(n, len(PORT_RATE_COLUMNS))
+    cols: dict[str, Any] = {
+        "ts": ts.astype("datetime64[ns]"),
+        "ts_ns": ts,
+        "device": np.repeat(np.array([m.device for m in msgs], dtype=object), PORTS),
+        "device_kind": np.full(n, "switch", dtype=object),
+        "port": np.array([p for m in msgs for p in m.ports], dtype=object),
+        "dt_s": np.ones(n, dtype=np.float32),
+    }
+    for j, name in enumerate(PORT_RATE_COLUMNS):
+        cols[name] = np.ascontiguousarray(values[:, j])
+    return cols
+
+
+def through_sink(store: Store, msgs: list[PortRates], batch: int) -> float:
+    started = time.perf_counter()
+    sink = Sink(store, max_rows=batch, max_delay_s=3600)
+    for m in msgs:
+        sink.add_rates(m)
+        if sink.pending_rows >= batch:
+            sink.flush()
+    sink.flush()
+    return time.perf_counter() - started
+
+
+def direct(store: Store, msgs: list[PortRates], batch: int) -> float:
+    per = max(1, batch // PORTS)
+    chunks = [as_columns(msgs[i : i + per]) for i in range(0, len(msgs), per)]
+    started = time.perf_counter()
+    for cols in chunks:
+        store.backend.insert(store.table("rates_raw"), cols)
+    return time.perf_counter() - started
+
+
+def run_backend(
+    name: str, open_store: Any, msgs: list[PortRates], batches: list[int], views: bool, repeats: int
+) -> None:
+    """``open_store(database)`` opens a fresh database on the backend. Without ``views`` the
+    rollup and device_latest views are dropped first: what the raw table alone takes.
+
+    Direct and sink runs alternate ``repeats`` times and the best of each is kept: this machine is
+    shared, and a burst of someone else's work would otherwise decide the ratio. Each database is
+    dropped after its run so that its background merges do not slow the next one."""
+    rows = len(msgs) * PORTS
+    for batch in batches:
+        best = {"direct": 0.0, "sink": 0.0}
+        for rep in range(repeats):
+            for how, fn in (("direct", direct), ("sink", through_sink)):
+                db = f"bench_{how}_{batch}_{int(views)}_{rep}"
+                with open_store(db) as store:
+                    if not views:
+                        for view in ("rates_10s_mv", "rates_1m_mv", "rates_1h_mv", "device_latest_mv"):
+                            store.execute(f"DROP TABLE {store.table(view)}")
+                    seconds = fn(store, msgs, batch)
+                    stored = store.query("SELECT count() FROM rates_raw")[0][0]
+                    assert stored == rows, (how, stored, rows)
+                    if views:
+                        rolled = store.query("SELECT countMerge(samples) FROM rates_1h")[0][0]
+                        assert rolled == rows, (how, rolled, rows)
+                    store.execute(f"DROP DATABASE {db}")
+                best[how] = max(best[how], rows / seconds)
+        result = {
+            "bench": "insert",
+            "backend": name,
+            "views": views,
+            "rows": rows,
+            "batch_rows": batch,
+            "repeats": repeats,
+            "direct_rows_per_s": round(best["direct"]),
+            "sink_rows_per_s": round(best["sink"]),
+            "sink_vs_direct": round(best["sink"] / best["direct"], 2),
+        }
+        print(json.dumps(result), flush=True)
+
+
+def chdb_formats(target: str, msgs: list[PortRates], tmp: Path) -> None:
+    """Ways to hand chdb one batch (no rollup views here: the hand-over alone)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols = as_columns(msgs)
+    rows = len(cols["ts_ns"])
+    with Store.open(target, "bench_formats", apply_schema=False) as store:
+        session = store.backend._session  # the same session the backend inserts through
+        session.query("CREATE DATABASE IF NOT EXISTS bench_formats")
+        ddl = ", ".join(
+            ["ts DateTime64(3, 'UTC')", "ts_ns UInt64", "device LowCardinality(String)"]
+            + ["device_kind LowCardinality(String)", "port LowCardinality(String)", "dt_s Float32"]
+            + [f"{m} Nullable(Float64)" for m in PORT_RATE_COLUMNS]
+        )
+        names = ", ".join(cols)
+        arrow = pa.table(
+            {
+                k: pa.array(v, mask=np.isnan(v)) if v.dtype.kind == "f" else pa.array(v)
+                for k, v in cols.items()
+            }
+        )
+        parquet = tmp / "batch.parquet"
+        out: dict[str, Any] = {"bench": "chdb_handover", "rows": rows}
+
+        def timed(label: str, source: str, batch: Any) -> None:
+            """``batch`` is read by name by chdb's ``Python()`` table function."""
+            session.query("DROP TABLE IF EXISTS bench_formats.t")
+            session.query(
+                f"CREATE TABLE bench_formats.t ({ddl}) ENGINE = MergeTree ORDER BY (device, port, ts)"
+            )
+            started = time.perf_counter()
+            if label == "parquet_file":
+                pq.write_table(batch, parquet)
+            session.query(f"INSERT INTO bench_formats.t ({names}) SELECT {names} FROM {source}")
+            out[f"{label}_rows_per_s"] = round(rows / (time.perf_counter() - started))
+
+        timed("arrow_python", "Python(batch)", arrow)
+        timed("pandas_python", "Python(batch)", arrow.to_pandas())
+        timed("parquet_file", f"file('{parquet}', Parquet)", arrow)
+        print(json.dumps(out), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--batches", default="20000,50000,100000,200000")
+    parser.add_argument("--repeats", type=int, default=3, help="best of N alternating runs")
+    args = parser.parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
+    msgs = messages(args.rows)
+    with tempfile.TemporaryDirectory(prefix="bench-clickhouse-") as tmp:
+        chdb_dir = str(Path(tmp) / "chdb")
+        chdb_formats(chdb_dir, msgs[: 100_000 // PORTS], Path(tmp))
+        for views in (True, False):
+            run_backend("chdb", lambda db: Store.open(chdb_dir, db), msgs, batches, views, args.repeats)
+        if server_binary() is None:
+            print(
+                json.dumps(
+                    {"bench": "insert", "backend": "server", "skipped": "clickhouse-server not installed"}
+                )
+            )
+            return
+        with LocalClickHouse(Path(tmp) / "server") as server:
+            version = Store.open(server.url("bench_probe"), apply_schema=False)
+            print(
+                json.dumps(
+                    {"bench": "server", "version": ".".join(map(str, version.backend.dialect.version))}
+                )
+            )
+            version.close()
+            for views in (True, False):
+                run_backend(
+                    "server", lambda db: Store.open(server.url(db)), msgs, batches, views, args.repeats
+                )
+
+
+if __name__ == "__main__":
+    main()

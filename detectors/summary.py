@@ -1,0 +1,119 @@
+"""A device's rates projected onto the fixed per-port columns that storage and dashboards use.
+
+A ``RateFrame`` has whatever counters the device reports (per port, per priority, per queue); a
+dashboard wants the same few numbers for every port whatever the vendor: bits and packets per
+second, pause frames and pause time summed over priorities, ECN marks summed over queues plus what
+a NIC received marked, CNPs, drops, errors, the deepest queue and the highest watermark.
+
+The projection is a matrix per counter table (computed once per ``Layout``), so one frame costs a
+matrix product and two reductions whatever its width: no Python loop over counters. A sum is
+unknown (NaN) only when none of its counters is known for that port; a counter the device does not
+report at all simply does not contribute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from detectors.rates import Layout, RateFrame
+from schemas.messages import PORT_RATE_COLUMNS, PortRates
+
+_SUMS: dict[str, tuple[tuple[str, float], ...]] = {
+    "tx_bps": (("tx_bytes", 8.0),),
+    "rx_bps": (("rx_bytes", 8.0),),
+    "tx_pps": (("tx_packets", 1.0),),
+    "rx_pps": (("rx_packets", 1.0),),
+    "rx_pause_pps": (("rx_pfc_frames", 1.0), ("rx_pause_frames", 1.0)),
+    "tx_pause_pps": (("tx_pfc_frames", 1.0), ("tx_pause_frames", 1.0)),
+    "rx_pause_frac": (("rx_pfc_duration_us", 1e-6),),
+    "tx_pause_frac": (("tx_pfc_duration_us", 1e-6), ("tx_pause_duration_us", 1e-6)),
+    "ecn_marked_pps": (("queue_ecn_marked_packets", 1.0), ("rx_ecn_marked_packets", 1.0)),
+    "cnp_sent_pps": (("cnp_sent", 1.0),),
+    "cnp_received_pps": (("cnp_received", 1.0),),
+    "discards_pps": (
+        ("rx_discards", 1.0),
+        ("tx_discards", 1.0),
+        ("queue_drops", 1.0),
+        ("out_of_buffer", 1.0),
+    ),
+    "errors_pps": (("rx_errors", 1.0), ("tx_errors", 1.0)),
+}
+"""Output column → the counters (every priority/queue of an indexed one) summed, with their scale."""
+
+_MAXES: dict[str, str] = {
+    "queue_bytes_max": "queue_occupancy_bytes",
+    "watermark_bytes_max": "queue_watermark_bytes",
+}
+"""Output column → the per-queue gauge whose maximum over the port's queues it is."""
+
+_UTIL = {"tx_util": "tx_bps", "rx_util": "rx_bps"}
+"""Utilisation columns: the bit rate over the line rate."""
+
+_COLUMN = {name: i for i, name in enumerate(PORT_RATE_COLUMNS)}
+_SUM_OUT = np.array([_COLUMN[m] for m in _SUMS], dtype=np.intp)
+
+
+@dataclass(frozen=True)
+class _Projection:
+    weights: np.ndarray  # counters x sum-columns
+    contributes: np.ndarray  # the same, 1.0 where a counter feeds a column
+    maxes: tuple[tuple[int, np.ndarray], ...]  # (output column, counter columns)
+
+
+_projections: dict[tuple, _Projection] = {}
+
+
+def _projection(layout: Layout) -> _Projection:
+    found = _projections.get(layout.counters)
+    if found is not None:
+        return found
+    weights = np.zeros((len(layout.counters), len(_SUMS)))
+    by_name: dict[str, list[int]] = {}
+    for pos, spec in enumerate(layout.counters):
+        by_name.setdefault(spec.name, []).append(pos)
+    for j, parts in enumerate(_SUMS.values()):
+        for name, scale in parts:
+            weights[by_name.get(name, []), j] = scale
+    maxes = tuple(
+        (_COLUMN[out], np.array(by_name.get(name, []), dtype=np.intp)) for out, name in _MAXES.items()
+    )
+    found = _projections[layout.counters] = _Projection(weights, (weights != 0).astype(float), maxes)
+    return found
+
+
+def project(frame: RateFrame, line_bytes_ps: np.ndarray | None = None) -> np.ndarray:
+    """The ports x ``PORT_RATE_COLUMNS`` matrix (NaN = unknown). ``line_bytes_ps`` is each port's
+    line rate in bytes per second (``FabricMap.port_speeds_bps``); without it utilisation is unknown."""
+    proj = _projection(frame.layout)
+    values = frame.values
+    known = ~np.isnan(values)
+    sums = np.where(known, values, 0.0) @ proj.weights
+    sums[(known @ proj.contributes) == 0] = np.nan
+    out = np.full((values.shape[0], len(PORT_RATE_COLUMNS)), np.nan)
+    out[:, _SUM_OUT] = sums
+    for col, cols in proj.maxes:
+        if cols.size:
+            part = values[:, cols]
+            seen = ~np.isnan(part).all(axis=1)
+            out[seen, col] = np.nanmax(part[seen], axis=1)
+    if line_bytes_ps is not None:
+        line_bps = np.asarray(line_bytes_ps, dtype=np.float64) * 8.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for util, bps in _UTIL.items():
+                out[:, _COLUMN[util]] = np.where(line_bps > 0, out[:, _COLUMN[bps]] / line_bps, np.nan)
+    return out
+
+
+def summarise(frame: RateFrame, line_bytes_ps: np.ndarray | None = None) -> PortRates:
+    """The storage message of one frame (NaN travels as ``None`` on the wire)."""
+    return PortRates(
+        device=frame.device,
+        device_kind=frame.device_kind,  # type: ignore[arg-type]
+        ts_ns=frame.ts_ns,
+        dt_s=frame.dt_s,
+        ports=list(frame.ports),
+        columns=list(PORT_RATE_COLUMNS),
+        values=project(frame, line_bytes_ps).tolist(),
+    )

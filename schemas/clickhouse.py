@@ -1,0 +1,450 @@
+"""The ClickHouse schema: one generator, two dialects, versioned migrations.
+
+The same DDL text serves chdb (the embedded engine, a current ClickHouse) and a server reached over
+the native protocol, which may be old: Debian ships 18.16, which has no TTL, no LowCardinality, no
+DateTime64 and no column codecs. ``Dialect`` says what a server can take and every statement is
+generated through it, so an old server gets the same tables with those clauses left out (``ts``
+then has second resolution; ``ts_ns`` always keeps the exact time).
+
+Layout (Akvorado's pattern): ``rates_raw`` per port and poll with a short TTL, rollups at 10 s,
+1 min and 1 h fed by materialized views with longer TTLs, day partitions, ``ORDER BY`` starting with
+(device, port) because every dashboard filters on them. Anomaly lifecycle events, phases and
+topology snapshots sit beside them. ``docs/storage.md`` describes every table and column.
+
+Versioning: ``MIGRATIONS`` is an ordered list; ``schema_version`` records what was applied, so
+applying twice changes nothing and a newer build upgrades an older database in place. A migration
+is never edited once released: a change is a new migration.
+
+``cluster`` generates the sharded variant: every table ``ON CLUSTER``, the data in ``<name>_local``
+tables and a ``Distributed`` table under the plain name, so queries read the same names everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from schemas.messages import PORT_RATE_COLUMNS
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What the target ClickHouse understands, from its version."""
+
+    version: tuple[int, int]
+
+    @classmethod
+    def parse(cls, version: str) -> Dialect:
+        """``'18.16.1'`` or ``'26.9.2.1'`` → Dialect; anything else is a clear error."""
+        m = re.match(r"^\s*(\d+)\.(\d+)", version)
+        if m is None:
+            raise ValueError(f"cannot read a ClickHouse version from {version!r}")
+        return cls((int(m.group(1)), int(m.group(2))))
+
+    @property
+    def modern(self) -> bool:
+        """TTL (19.6), LowCardinality (19.x default), DateTime64 (20.1), codecs (19.x): 20.3+ has all."""
+        return self.version >= (20, 3)
+
+    def lc(self, inner: str = "String") -> str:
+        return f"LowCardinality({inner})" if self.modern else inner
+
+    def time_ms(self) -> str:
+        return "DateTime64(3, 'UTC')" if self.modern else "DateTime('UTC')"
+
+    def codec(self, spec: str) -> str:
+        return f" CODEC({spec})" if self.modern else ""
+
+    def ttl(self, days: int) -> str:
+        """Rows expire ``days`` after they were stored (``inserted``), not after their own time: a
+        week-old trace replayed for a post-mortem stays as long as live data would."""
+        return f"\nTTL inserted + INTERVAL {days} DAY" if self.modern else ""
+
+    def state_of_nullable(self) -> str:
+        """The argument type ``avgState(x)`` reports for a Nullable(Float64) ``x``: old servers
+        strip the Nullable (their -Null combinator wraps the state), current ones keep it."""
+        return "Nullable(Float64)" if self.modern else "Float64"
+
+    def inserted(self, aggregating: bool = False) -> list[str]:
+        """The storage time that TTL counts from (old servers have no TTL and get no column)."""
+        if not self.modern:
+            return []
+        kind = "SimpleAggregateFunction(max, DateTime('UTC'))" if aggregating else "DateTime('UTC')"
+        return [f"inserted {kind} DEFAULT now()"]
+
+
+MODERN = Dialect((26, 9))
+OLD_DEBIAN = Dialect((18, 16))
+
+
+@dataclass(frozen=True)
+class SchemaOptions:
+    """Where and how long. TTLs in days; ``cluster`` set → ON CLUSTER DDL with Distributed tables."""
+
+    database: str = "fabricwatch"
+    cluster: str | None = None
+    replicated: bool = False
+    raw_ttl_days: int = 2
+    ttl_10s_days: int = 14
+    ttl_1m_days: int = 90
+    ttl_1h_days: int = 730
+
+    def __post_init__(self) -> None:
+        for name in (self.database, self.cluster or "x"):
+            if not _IDENT.match(name):
+                raise ValueError(f"{name!r} is not a plain identifier (letters, digits, underscore)")
+        for name in ("raw_ttl_days", "ttl_10s_days", "ttl_1m_days", "ttl_1h_days"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1 day")
+        if self.replicated and self.cluster is None:
+            raise ValueError("replicated tables need a cluster")
+
+
+ROLLUPS: dict[str, tuple[str, str, str]] = {
+    "rates_10s": ("rates_raw", "toDate(ts)", "ttl_10s_days"),
+    "rates_1m": ("rates_10s", "toDate(ts)", "ttl_1m_days"),
+    "rates_1h": ("rates_1m", "toYYYYMM(ts)", "ttl_1h_days"),
+}
+"""Rollup table → (what its view reads, partition expression, TTL option).
+
+Cascaded: the 1 min view reads the 10 s rollup's inserted blocks and the 1 h view the 1 min one's,
+merging states (``-MergeState``), so each works on already-reduced rows rather than on every raw
+row again. The hourly rollup is partitioned by month: a day partition of 24 rows per port would
+make two years 730 tiny partitions."""
+
+_SECONDS = {"rates_10s": 10, "rates_1m": 60, "rates_1h": 3600}
+
+
+def _bucket(name: str, source: str) -> str:
+    """The bucket start: from raw rows by the exact ``ts_ns``, from a finer rollup by its ``ts``."""
+    seconds = _SECONDS[name]
+    if source == "rates_raw":
+        return f"toDateTime(intDiv(ts_ns, {seconds * 1_000_000_000}) * {seconds}, 'UTC')"
+    return "toStartOfMinute(ts)" if seconds == 60 else "toStartOfHour(ts)"
+
+
+RATE_METRICS = PORT_RATE_COLUMNS
+
+
+class _Gen:
+    """Statement builder for one dialect and set of options."""
+
+    def __init__(self, dialect: Dialect, opts: SchemaOptions) -> None:
+        self.d = dialect
+        self.o = opts
+
+    def on_cluster(self) -> str:
+        return f" ON CLUSTER {self.o.cluster}" if self.o.cluster else ""
+
+    def local(self, table: str) -> str:
+        """The table that holds the data: ``<table>_local`` on a cluster, ``table`` otherwise."""
+        return f"{self.o.database}.{table}_local" if self.o.cluster else f"{self.o.database}.{table}"
+
+    def engine(self, table: str, kind: str, args: str = "") -> str:
+        if not self.o.replicated:
+            return f"{kind}({args})"
+        path = f"'/clickhouse/tables/{{shard}}/{self.o.database}/{table}', '{{replica}}'"
+        return f"Replicated{kind}({path}{', ' + args if args else ''})"
+
+    def table(
+        self,
+        name: str,
+        columns: list[str],
+        kind: str,
+        order_by: str,
+        partition_by: str | None = None,
+        ttl: str = "",
+        version: str = "",
+        shard_key: str = "rand()",
+    ) -> list[str]:
+        """CREATE TABLE (+ its Distributed front on a cluster)."""
+        cols = ",\n    ".join(columns)
+        parts = f"\nPARTITION BY {partition_by}" if partition_by else ""
+        stmt = (
+            f"CREATE TABLE IF NOT EXISTS {self.local(name)}{self.on_cluster()} (\n    {cols}\n)\n"
+            f"ENGINE = {self.engine(name, kind, version)}{parts}\nORDER BY ({order_by}){ttl}"
+        )
+        out = [stmt]
+        if self.o.cluster:
+            db = self.o.database
+            out.append(
+                f"CREATE TABLE IF NOT EXISTS {db}.{name}{self.on_cluster()} AS {self.local(name)}\n"
+                f"ENGINE = Distributed({self.o.cluster}, {db}, {name}_local, {shard_key})"
+            )
+        return out
+
+    def view(self, name: str, target: str, select: str) -> str:
+        """A materialized view writing into ``target``; on a cluster, shard-local to shard-local."""
+        mv = f"{self.o.database}.{name}"
+        head = f"CREATE MATERIALIZED VIEW IF NOT EXISTS {mv}{self.on_cluster()}"
+        return f"{head}\nTO {self.local(target)}\nAS {select}"
+
+
+def _rates_raw(g: _Gen) -> list[str]:
+    d = g.d
+    cols = [
+        f"ts {d.time_ms()}",
+        f"ts_ns UInt64{d.codec('DoubleDelta, LZ4')}",
+        f"device {d.lc()}",
+        f"device_kind {d.lc()}",
+        f"port {d.lc()}",
+        f"dt_s Float32{d.codec('ZSTD(1)')}",
+    ] + [f"{m} Nullable(Float64){d.codec('ZSTD(1)')}" for m in RATE_METRICS]
+    cols += d.inserted()
+    ttl = d.ttl(g.o.raw_ttl_days)
+    return g.table(
+        "rates_raw",
+        cols,
+        "ReplacingMergeTree",
+        "device, port, ts, ts_ns",
+        "toDate(ts)",
+        ttl,
+        shard_key="cityHash64(device)",
+    )
+
+
+def _rollup(g: _Gen, name: str) -> list[str]:
+    source, partition, ttl_opt = ROLLUPS[name]
+    d = g.d
+    if not d.modern:  # 18.16 does not fire a view on a table another view writes into
+        source = "rates_raw"
+    cols = [
+        "ts DateTime('UTC')",
+        f"device {d.lc()}",
+        f"device_kind {d.lc()}",
+        f"port {d.lc()}",
+        "samples AggregateFunction(count)",
+    ]
+    arg = d.state_of_nullable()
+    for m in RATE_METRICS:
+        cols += [f"{m}_avg AggregateFunction(avg, {arg})", f"{m}_max AggregateFunction(max, {arg})"]
+    cols += d.inserted(aggregating=True)
+    ttl = d.ttl(getattr(g.o, ttl_opt))
+    out = g.table(
+        name,
+        cols,
+        "AggregatingMergeTree",
+        "device, device_kind, port, ts",
+        partition,
+        ttl,
+        shard_key="cityHash64(device)",
+    )
+    if source == "rates_raw":
+        count = "countState()"
+        states = [f"avgState({m}) AS {m}_avg, maxState({m}) AS {m}_max" for m in RATE_METRICS]
+    else:
+        count = "countMergeState(samples)"
+        states = [
+            f"avgMergeState({m}_avg) AS {m}_avg, maxMergeState({m}_max) AS {m}_max" for m in RATE_METRICS
+        ]
+    select = (
+        f"SELECT\n    {_bucket(name, source)} AS ts, device, device_kind, port, {count} AS samples,\n    "
+        + ",\n    ".join(states)
+        + f"\nFROM {g.local(source)}\nGROUP BY ts, device, device_kind, port"
+    )
+    out.append(g.view(f"{name}_mv", name, select))
+    return out
+
+
+def _device_latest(g: _Gen) -> list[str]:
+    """Last stored poll per device: what the sink reads to know where a device's stored data ends
+    (its duplicate check) and what a dashboard reads for "last seen"."""
+    cols = [f"device {g.d.lc()}", "ts_ns UInt64"]
+    out = g.table(
+        "device_latest", cols, "ReplacingMergeTree", "device", version="ts_ns", shard_key="cityHash64(device)"
+    )
+    select = f"SELECT device, max(ts_ns) AS ts_ns FROM {g.local('rates_raw')} GROUP BY device"
+    out.append(g.view("device_latest_mv", "device_latest", select))
+    return out
+
+
+def _anomaly_columns(d: Dialect) -> list[str]:
+    return [
+        "fingerprint String",
+        f"kind {d.lc()}",
+        f"severity {d.lc()}",
+        f"status {d.lc()}",
+        f"start {d.time_ms()}",
+        f"ts {d.time_ms()}",
+        f"end Nullable({d.time_ms()})",
+        "start_ns UInt64",
+        "ts_ns UInt64",
+        "end_ns Nullable(UInt64)",
+        f"root_device {d.lc()}",
+        "root_port String",
+        "root_priority Nullable(Int16)",
+        "root_group String",
+        "summary String",
+        "hint String",
+        "devices Array(String)",
+        "hosts Array(String)",
+        "jobs Array(String)",
+        "collectives Array(String)",
+        "evidence String",
+    ]
+
+
+def _anomalies(g: _Gen) -> list[str]:
+    return g.table(
+        "anomaly_events",
+        _anomaly_columns(g.d),
+        "ReplacingMergeTree",
+        "kind, fingerprint, ts_ns, status",
+        "toDate(start)",
+        shard_key="cityHash64(fingerprint)",
+    )
+
+
+def _anomalies_latest(g: _Gen) -> list[str]:
+    """Schema v2: one row per incident, its newest event (ReplacingMergeTree on ``ts_ns``), so
+    "what is firing now" reads one small table with FINAL instead of grouping every event."""
+    out = g.table(
+        "anomalies_latest",
+        _anomaly_columns(g.d),
+        "ReplacingMergeTree",
+        "kind, fingerprint",
+        "toDate(start)",
+        version="ts_ns",
+        shard_key="cityHash64(fingerprint)",
+    )
+    out.append(
+        g.view("anomalies_latest_mv", "anomalies_latest", f"SELECT * FROM {g.local('anomaly_events')}")
+    )
+    db = g.o.database
+    out.append(f"INSERT INTO {db}.anomalies_latest SELECT * FROM {db}.anomaly_events")
+    return out
+
+
+def _phases(g: _Gen) -> list[str]:
+    d = g.d
+    cols = [
+        f"job {d.lc()}",
+        "comm String",
+        f"op {d.lc()}",
+        f"begin {d.time_ms()}",
+        f"end Nullable({d.time_ms()})",
+        "begin_ns UInt64",
+        "end_ns UInt64",
+        "bytes UInt64",
+        "hosts Array(String)",
+        "root_rank Nullable(Int32)",
+        "source String",
+    ]
+    return g.table(
+        "phases",
+        cols,
+        "ReplacingMergeTree",
+        "job, comm, op, begin_ns",
+        "toDate(begin)",
+        version="end_ns",
+        shard_key="cityHash64(job)",
+    )
+
+
+def _topology(g: _Gen) -> list[str]:
+    """One row per element per topology snapshot (``topo_ns`` its time): the current fabric is the
+    rows of ``max(topo_ns)``, and a removed link disappears with the next snapshot."""
+    d = g.d
+    head = ["topo_ns UInt64", "ts DateTime('UTC')"]
+    tables = {
+        "topology_devices": ([f"id {d.lc()}", f"kind {d.lc()}", "pod String", "host String"], "topo_ns, id"),
+        "topology_links": (
+            [
+                f"a_device {d.lc()}",
+                "a_port String",
+                f"b_device {d.lc()}",
+                "b_port String",
+                "speed_gbps Float64",
+            ],
+            "topo_ns, a_device, a_port",
+        ),
+        "topology_ecmp": (
+            ["group_id String", f"device {d.lc()}", "member String", "toward String"],
+            "topo_ns, device, group_id, member",
+        ),
+        "topology_nics": (
+            ["host String", "nic String", "nic_port String", f"leaf {d.lc()}", "leaf_port String"],
+            "topo_ns, host, nic, nic_port",
+        ),
+    }
+    out: list[str] = []
+    for name, (cols, order) in tables.items():
+        out += g.table(name, head + cols, "ReplacingMergeTree", order, shard_key="topo_ns")
+    return out
+
+
+def _v1(g: _Gen) -> list[str]:
+    out = _rates_raw(g)
+    for name in ROLLUPS:
+        out += _rollup(g, name)
+    return out + _device_latest(g) + _anomalies(g) + _phases(g) + _topology(g)
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    statements: Callable[[_Gen], list[str]]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "rates_raw, rollups 10s/1m/1h, device_latest, anomaly_events, phases, topology", _v1),
+    Migration(2, "anomalies_latest: newest event per incident, backfilled", _anomalies_latest),
+)
+LATEST_VERSION = MIGRATIONS[-1].version
+
+
+def bootstrap_ddl(dialect: Dialect, opts: SchemaOptions) -> list[str]:
+    """The database and the ``schema_version`` ledger, created before any migration."""
+    g = _Gen(dialect, opts)
+    db = f"CREATE DATABASE IF NOT EXISTS {opts.database}{g.on_cluster()}"
+    cols = ["version UInt32", "applied DateTime('UTC')", "description String"]
+    ledger = g.table("schema_version", cols, "ReplacingMergeTree", "version", shard_key="version")
+    return [db, *ledger]
+
+
+def migration_ddl(
+    dialect: Dialect, opts: SchemaOptions, after: int = 0, upto: int | None = None
+) -> list[tuple[Migration, list[str]]]:
+    """Migrations newer than ``after`` (up to ``upto``), each with its statements for this target."""
+    g = _Gen(dialect, opts)
+    last = LATEST_VERSION if upto is None else upto
+    return [(m, m.statements(g)) for m in MIGRATIONS if after < m.version <= last]
+
+
+def full_ddl(dialect: Dialect, opts: SchemaOptions | None = None) -> list[str]:
+    """Every statement for a fresh database, in order (what ``fabricwatch schema --print`` would show)."""
+    opts = opts or SchemaOptions()
+    out = bootstrap_ddl(dialect, opts)
+    g = _Gen(dialect, opts)
+    for m in MIGRATIONS:
+        out += m.statements(g)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m schemas.clickhouse [--cluster NAME] [--replicated] [--version 18.16]``: print the
+    DDL, e.g. to review it or to apply it to a sharded cluster by hand."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m schemas.clickhouse", description=main.__doc__)
+    parser.add_argument("--version", default="26.9", help="target server version (default: current)")
+    parser.add_argument("--database", default="fabricwatch")
+    parser.add_argument("--cluster", default=None, help="ON CLUSTER name: local tables + Distributed")
+    parser.add_argument("--replicated", action="store_true", help="Replicated* engines (with --cluster)")
+    args = parser.parse_args(argv)
+    try:
+        opts = SchemaOptions(database=args.database, cluster=args.cluster, replicated=args.replicated)
+        dialect = Dialect.parse(args.version)
+    except ValueError as exc:
+        parser.error(str(exc))
+    for statement in full_ddl(dialect, opts):
+        print(statement + ";\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,530 @@
+"""Batched, exactly-once-in-effect writes of rates, anomalies, phases and topology into ClickHouse.
+
+``Store`` is a backend (chdb or a server) with the schema applied. ``Sink`` buffers messages and
+inserts them in columnar batches bounded by rows and by age (``docs/storage.md`` has the figures
+behind the defaults). Nothing is dropped on failure: ``flush`` raises and keeps the batch, and the
+caller (the Kafka consumer) retries with backoff and commits offsets only after a flush succeeds.
+
+Redelivery (a crash after an insert but before the offset commit) must not count twice in the
+rollups, which materialized views compute from each inserted block. Rather than rely on insert
+deduplication (non-replicated tables on old servers have none, and a redelivered batch need not
+have the same boundaries), the sink never inserts a poll that is already stored. A device's rates
+are strictly increasing in time (stage 1 drops late and duplicate snapshots; a device stays on one
+Kafka partition), so per device the sink only needs where its stored data ends (``device_latest``,
+read once per device and then kept in memory): a poll at or before that is a redelivery and is
+skipped. This holds whatever the raw table's TTL has removed since, and costs nothing per row.
+The same key-check keeps anomaly events, phases and topology snapshots from being stored twice.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import numpy as np
+
+from schemas.clickhouse import LATEST_VERSION, SchemaOptions, bootstrap_ddl, migration_ddl
+from schemas.messages import PORT_RATE_COLUMNS, Anomaly, Phase, PortRates, Topology
+from streams.clickhouse_backend import Backend, Labels, StoreError, open_backend
+
+DEFAULT_DATA_DIR = Path("fabricwatch-data")
+DEFAULT_MAX_ROWS = 200_000
+DEFAULT_MAX_DELAY_S = 5.0
+
+
+class Store:
+    """A ClickHouse backend with the fabricwatch schema: open it, query it, hand it to a Sink."""
+
+    def __init__(self, backend: Backend, options: SchemaOptions) -> None:
+        self.backend = backend
+        self.options = options
+
+    @classmethod
+    def open(
+        cls,
+        target: str | Path = DEFAULT_DATA_DIR,
+        database: str = "fabricwatch",
+        cluster: str | None = None,
+        apply_schema: bool = True,
+    ) -> Store:
+        """``target``: a chdb data directory or ``clickhouse://user:pass@host:9000/db`` (the URL's
+        database wins over ``database``). The schema is applied (a no-op when current) unless told not."""
+        backend = open_backend(target, database)
+        try:
+            store = cls(backend, SchemaOptions(database=backend.database, cluster=cluster))
+            if apply_schema:
+                store.apply_schema()
+            elif store.schema_version() > 0:
+                backend.use_database()
+        except BaseException:
+            backend.close()
+            raise
+        return store
+
+    @property
+    def where(self) -> str:
+        return self.backend.where
+
+    @property
+    def database(self) -> str:
+        return self.options.database
+
+    def schema_version(self) -> int:
+        """The newest migration applied (0 for an empty database)."""
+        db = self.options.database
+        if not self.backend.query(
+            f"SELECT name FROM system.tables WHERE database = '{db}' AND name = 'schema_version'"
+        ):
+            return 0
+        rows = self.backend.query(f"SELECT max(version) FROM {db}.schema_version")
+        return int(rows[0][0] or 0) if rows else 0
+
+    def apply_schema(self, upto: int | None = None) -> list[int]:
+        """Create or upgrade in place to ``upto`` (default: the newest); return the versions applied."""
+        if upto is not None and not 1 <= upto <= LATEST_VERSION:
+            raise ValueError(f"schema version {upto}: this build knows 1 to {LATEST_VERSION}")
+        for sql in bootstrap_ddl(self.backend.dialect, self.options):
+            self.backend.execute(sql)
+        current = self.schema_version()
+        if current > LATEST_VERSION:
+            raise StoreError(
+                f"{self.where}: the database is at schema version {current}, newer than this build's "
+                f"{LATEST_VERSION}: use a newer fabricwatch"
+            )
+        if upto is not None and current > upto:
+            raise ValueError(f"the database is at schema version {current}, newer than {upto}")
+        applied = []
+        for migration, statements in migration_ddl(self.backend.dialect, self.options, current, upto):
+            for sql in statements:
+                self.backend.execute(sql)
+            self.backend.insert(
+                f"{self.options.database}.schema_version",
+                {
+                    "version": np.array([migration.version], dtype=np.uint32),
+                    "applied": np.array([np.datetime64(int(time.time()), "s")]),
+                    "description": [migration.description],
+                },
+            )
+            applied.append(migration.version)
+        self.backend.use_database()
+        return applied
+
+    def query(self, sql: str) -> list[tuple]:
+        """Rows of a SELECT as tuples (DateTime columns as timezone-aware datetimes)."""
+        return self.backend.query(sql)
+
+    def execute(self, sql: str) -> None:
+        self.backend.execute(sql)
+
+    def table(self, name: str) -> str:
+        return f"{self.options.database}.{name}"
+
+    def close(self) -> None:
+        self.backend.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class SinkStats:
+    flushes: int = 0
+    failures: int = 0
+    rate_rows: int = 0
+    rate_rows_skipped: int = 0
+    anomalies: int = 0
+    phases: int = 0
+    topologies: int = 0
+    duplicates_skipped: int = 0
+    insert_s: float = 0.0
+    last_error: str = ""
+
+
+@dataclass
+class _RatesBuffer:
+    messages: list[tuple[str, str, int, float, list[str], np.ndarray]] = field(default_factory=list)
+    rows: int = 0
+
+
+class Sink:
+    """Buffers messages; ``flush`` inserts them. ``due()`` says when a batch is full (``max_rows``)
+    or its oldest message has waited ``max_delay_s``; ``maybe_flush`` flushes then.
+
+    Not thread-safe: one sink per consumer loop or pipeline.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        max_rows: int = DEFAULT_MAX_ROWS,
+        max_delay_s: float = DEFAULT_MAX_DELAY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_rows < 1:
+            raise ValueError("max_rows must be at least 1")
+        if max_delay_s <= 0:
+            raise ValueError("max_delay_s must be positive")
+        self.store = store
+        self.max_rows = max_rows
+        self.max_delay_s = max_delay_s
+        self.stats = SinkStats()
+        self._clock = clock
+        self._first_at: float | None = None
+        self._rates = _RatesBuffer()
+        self._anomalies: list[Anomaly] = []
+        self._phases: list[Phase] = []
+        self._topologies: list[Topology] = []
+        self._stored_until: dict[str, int] = {}
+        self._devices, self._kinds, self._ports = _Interner(), _Interner(), _Interner()
+        self._col_maps: dict[tuple[str, ...], np.ndarray] = {}
+
+    # --- buffering -------------------------------------------------------------------------------
+
+    def add(self, msg: PortRates | Anomaly | Phase | Topology) -> None:
+        """Any message the store keeps, to its table."""
+        if isinstance(msg, PortRates):
+            self.add_rates(msg)
+        elif isinstance(msg, Anomaly):
+            self.add_anomaly(msg)
+        elif isinstance(msg, Phase):
+            self.add_phase(msg)
+        else:
+            self.add_topology(msg)
+
+    def add_rates(self, msg: PortRates) -> None:
+        values = np.asarray(msg.values, dtype=np.float64).reshape(len(msg.ports), len(msg.columns))
+        if tuple(msg.columns) != PORT_RATE_COLUMNS:
+            values = self._to_standard_columns(msg.columns, values)
+        self._rates.messages.append((msg.device, msg.device_kind, msg.ts_ns, msg.dt_s, msg.ports, values))
+        self._rates.rows += len(msg.ports)
+        self._touch()
+
+    def add_anomaly(self, msg: Anomaly) -> None:
+        self._anomalies.append(msg)
+        self._touch()
+
+    def add_phase(self, msg: Phase) -> None:
+        self._phases.append(msg)
+        self._touch()
+
+    def add_topology(self, msg: Topology) -> None:
+        self._topologies.append(msg)
+        self._touch()
+
+    @property
+    def pending_rows(self) -> int:
+        return self._rates.rows + len(self._anomalies) + len(self._phases) + len(self._topologies)
+
+    def due(self) -> bool:
+        if self._first_at is None:
+            return False
+        return self.pending_rows >= self.max_rows or self._clock() - self._first_at >= self.max_delay_s
+
+    def maybe_flush(self) -> bool:
+        """Flush when due; True when it did."""
+        if not self.due():
+            return False
+        self.flush()
+        return True
+
+    def _touch(self) -> None:
+        if self._first_at is None:
+            self._first_at = self._clock()
+
+    def _to_standard_columns(self, columns: list[str], values: np.ndarray) -> np.ndarray:
+        """A message from another build: its columns by name; ours it lacks are unknown (NaN)."""
+        key = tuple(columns)
+        index = self._col_maps.get(key)
+        if index is None:
+            pos = {c: i for i, c in enumerate(columns)}
+            index = self._col_maps[key] = np.array([pos.get(c, -1) for c in PORT_RATE_COLUMNS])
+        out = np.full((values.shape[0], len(PORT_RATE_COLUMNS)), np.nan)
+        have = index >= 0
+        out[:, have] = values[:, index[have]]
+        return out
+
+    # --- writing ---------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Insert everything buffered; on failure raise StoreError and keep the buffer for a retry.
+
+        Each kind is cleared from the buffer once inserted, so a retry does not repeat it (and if it
+        did, the key checks would skip it)."""
+        if self._first_at is None:
+            return
+        started = time.perf_counter()
+        try:
+            if self._topologies:
+                self._insert_topologies()
+                self._topologies = []
+            if self._phases:
+                self._insert_phases()
+                self._phases = []
+            if self._rates.messages:
+                self._insert_rates()
+                self._rates = _RatesBuffer()
+            if self._anomalies:
+                self._insert_anomalies()
+                self._anomalies = []
+        except StoreError as exc:
+            self.stats.failures += 1
+            self.stats.last_error = str(exc)
+            raise
+        self._first_at = None
+        self.stats.flushes += 1
+        self.stats.insert_s += time.perf_counter() - started
+
+    def discard(self) -> None:
+        """Drop what is buffered (its records were not committed: another consumer reads them)."""
+        self._rates = _RatesBuffer()
+        self._anomalies, self._phases, self._topologies = [], [], []
+        self._first_at = None
+
+    def forget_positions(self) -> None:
+        """Re-read where each device's stored data ends before the next insert (after a rebalance
+        another consumer may have stored some of this consumer's devices)."""
+        self._stored_until.clear()
+
+    def close(self) -> None:
+        """Flush what is left (raises if it cannot be stored)."""
+        self.flush()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.close()
+
+    def _insert_rates(self) -> None:
+        msgs, until = self._new_polls(self._rates.messages)
+        skipped = self._rates.rows - sum(len(m[4]) for m in msgs)
+        self.stats.rate_rows_skipped += skipped
+        if not msgs:
+            return
+        counts = np.fromiter((len(m[4]) for m in msgs), dtype=np.int64, count=len(msgs))
+        ts_ns = np.repeat(np.fromiter((m[2] for m in msgs), dtype=np.uint64, count=len(msgs)), counts)
+        values = np.concatenate([m[5] for m in msgs]) if len(msgs) > 1 else msgs[0][5]
+        devices = self._devices.codes([m[0] for m in msgs])
+        kinds = self._kinds.codes([m[1] for m in msgs])
+        ports = np.concatenate([self._ports.codes_of_list(m[4]) for m in msgs])
+        columns: dict[str, Any] = {
+            "ts": ts_ns.astype("datetime64[ns]"),
+            "ts_ns": ts_ns,
+            "device": Labels(np.repeat(devices, counts), self._devices.values),
+            "device_kind": Labels(np.repeat(kinds, counts), self._kinds.values),
+            "port": Labels(ports, self._ports.values),
+            "dt_s": np.repeat(np.fromiter((m[3] for m in msgs), dtype=np.float32, count=len(msgs)), counts),
+        }
+        for j, name in enumerate(PORT_RATE_COLUMNS):
+            columns[name] = np.ascontiguousarray(values[:, j])
+        self.store.backend.insert(self.store.table("rates_raw"), columns)
+        self.stats.rate_rows += len(ts_ns)
+        self._stored_until = until
+
+    def _new_polls(self, msgs: list) -> tuple[list, dict[str, int]]:
+        """The buffered polls not stored yet, and where each device's data will then end.
+
+        A device's rates are strictly increasing in time (stage 1 drops late and duplicate
+        snapshots, and a device stays on one partition), so a poll at or before the newest stored
+        one is a redelivery, whatever the raw table's TTL has since removed."""
+        unknown = sorted({m[0] for m in msgs} - self._stored_until.keys())
+        if unknown:
+            listed = ", ".join(_quote(d) for d in unknown)
+            rows = self.store.query(
+                f"SELECT device, max(ts_ns) FROM {self.store.table('device_latest')} "
+                f"WHERE device IN ({listed}) GROUP BY device"
+            )
+            found = {d: int(t) for d, t in rows}
+            for d in unknown:
+                self._stored_until[d] = found.get(d, 0)
+        until = dict(self._stored_until)
+        out = []
+        for m in msgs:
+            if m[2] > until[m[0]]:
+                until[m[0]] = m[2]
+                out.append(m)
+        return out, until
+
+    def _insert_anomalies(self) -> None:
+        fps = ", ".join(sorted({_quote(a.fingerprint) for a in self._anomalies}))
+        stored = {
+            (f, int(t), s)
+            for f, t, s in self.store.query(
+                f"SELECT fingerprint, ts_ns, status FROM {self.store.table('anomaly_events')} "
+                f"WHERE fingerprint IN ({fps})"
+            )
+        }
+        new: list[Anomaly] = []
+        for a in self._anomalies:
+            key = (a.fingerprint, a.ts_ns, a.status)
+            if key not in stored:
+                stored.add(key)
+                new.append(a)
+        self.stats.duplicates_skipped += len(self._anomalies) - len(new)
+        if not new:
+            return
+        columns = {
+            "fingerprint": [a.fingerprint for a in new],
+            "kind": [a.kind for a in new],
+            "severity": [a.severity for a in new],
+            "status": [a.status for a in new],
+            "start": _times([a.start_ns for a in new]),
+            "ts": _times([a.ts_ns for a in new]),
+            "end": _times([a.end_ns for a in new]),
+            "start_ns": np.array([a.start_ns for a in new], dtype=np.uint64),
+            "ts_ns": np.array([a.ts_ns for a in new], dtype=np.uint64),
+            "end_ns": [a.end_ns for a in new],
+            "root_device": [a.root.device for a in new],
+            "root_port": [a.root.port for a in new],
+            "root_priority": [a.root.priority for a in new],
+            "root_group": [a.root.group for a in new],
+            "summary": [a.summary for a in new],
+            "hint": [a.hint for a in new],
+            "devices": [list(a.devices) for a in new],
+            "hosts": [list(a.hosts) for a in new],
+            "jobs": [list(a.jobs) for a in new],
+            "collectives": [list(a.collectives) for a in new],
+            "evidence": [json.dumps(a.evidence, sort_keys=True) for a in new],
+        }
+        self.store.backend.insert(self.store.table("anomaly_events"), columns)
+        self.stats.anomalies += len(new)
+
+    def _insert_phases(self) -> None:
+        jobs = ", ".join(sorted({_quote(p.job) for p in self._phases}))
+        stored = {
+            (j, c, o, int(b), int(e))
+            for j, c, o, b, e in self.store.query(
+                f"SELECT job, comm, op, begin_ns, end_ns FROM {self.store.table('phases')} "
+                f"WHERE job IN ({jobs})"
+            )
+        }
+        new: list[Phase] = []
+        for p in self._phases:
+            key = (p.job, p.comm, p.op, p.begin_ns, p.end_ns or 0)
+            if key not in stored:
+                stored.add(key)
+                new.append(p)
+        self.stats.duplicates_skipped += len(self._phases) - len(new)
+        if not new:
+            return
+        columns = {
+            "job": [p.job for p in new],
+            "comm": [p.comm for p in new],
+            "op": [p.op for p in new],
+            "begin": _times([p.begin_ns for p in new]),
+            "end": _times([p.end_ns for p in new]),
+            "begin_ns": np.array([p.begin_ns for p in new], dtype=np.uint64),
+            "end_ns": np.array([p.end_ns or 0 for p in new], dtype=np.uint64),
+            "bytes": np.array([p.bytes for p in new], dtype=np.uint64),
+            "hosts": [p.participants() for p in new],
+            "root_rank": [p.root_rank for p in new],
+            "source": [p.source for p in new],
+        }
+        self.store.backend.insert(self.store.table("phases"), columns)
+        self.stats.phases += len(new)
+
+    def _insert_topologies(self) -> None:
+        times = ", ".join(str(t.ts_ns) for t in self._topologies)
+        stored = {
+            int(r[0])
+            for r in self.store.query(
+                f"SELECT DISTINCT topo_ns FROM {self.store.table('topology_devices')} "
+                f"WHERE topo_ns IN ({times})"
+            )
+        }
+        for topo in self._topologies:
+            if topo.ts_ns in stored:
+                self.stats.duplicates_skipped += 1
+                continue
+            stored.add(topo.ts_ns)
+            self._insert_topology(topo)
+            self.stats.topologies += 1
+
+    def _insert_topology(self, topo: Topology) -> None:
+        """Devices last: they are what the duplicate check reads, so a snapshot half-written
+        before a failure is written again in full on the retry (its other tables are Replacing)."""
+        parts: dict[str, dict[str, list]] = {
+            "topology_links": {
+                "a_device": [x.a_device for x in topo.links],
+                "a_port": [x.a_port for x in topo.links],
+                "b_device": [x.b_device for x in topo.links],
+                "b_port": [x.b_port for x in topo.links],
+                "speed_gbps": [float(x.speed_gbps) for x in topo.links],
+            },
+            "topology_ecmp": {
+                "group_id": [g.id for g in topo.ecmp_groups for _ in g.members],
+                "device": [g.device for g in topo.ecmp_groups for _ in g.members],
+                "member": [m for g in topo.ecmp_groups for m in g.members],
+                "toward": [g.toward for g in topo.ecmp_groups for _ in g.members],
+            },
+            "topology_nics": {
+                "host": [n.host for n in topo.nics],
+                "nic": [n.nic for n in topo.nics],
+                "nic_port": [n.nic_port for n in topo.nics],
+                "leaf": [n.leaf for n in topo.nics],
+                "leaf_port": [n.leaf_port for n in topo.nics],
+            },
+            "topology_devices": {
+                "id": [d.id for d in topo.devices],
+                "kind": [d.kind for d in topo.devices],
+                "pod": [d.pod for d in topo.devices],
+                "host": [d.host for d in topo.devices],
+            },
+        }
+        for table, cols in parts.items():
+            n = len(next(iter(cols.values())))
+            if n == 0:
+                continue
+            head = {
+                "topo_ns": np.full(n, topo.ts_ns, dtype=np.uint64),
+                "ts": np.full(n, topo.ts_ns // 1_000_000_000, dtype="datetime64[s]"),
+            }
+            self.store.backend.insert(self.store.table(table), head | cols)
+
+
+class _Interner:
+    """Codes for repeated names (devices, ports), kept across batches; a port list is looked up
+    once per distinct list, not once per port."""
+
+    def __init__(self) -> None:
+        self.values: list[str] = []
+        self._code: dict[str, int] = {}
+        self._lists: dict[tuple[str, ...], np.ndarray] = {}
+
+    def code(self, name: str) -> int:
+        found = self._code.get(name)
+        if found is None:
+            found = self._code[name] = len(self.values)
+            self.values.append(name)
+        return found
+
+    def codes(self, names: list[str]) -> np.ndarray:
+        return np.fromiter((self.code(n) for n in names), dtype=np.int32, count=len(names))
+
+    def codes_of_list(self, names: list[str]) -> np.ndarray:
+        key = tuple(names)
+        found = self._lists.get(key)
+        if found is None:
+            found = self._lists[key] = self.codes(names)
+        return found
+
+
+def _times(ns: list[int | None]) -> list[datetime | None]:
+    """Nanoseconds → UTC datetimes (millisecond precision is what the columns keep)."""
+    return [None if t is None else datetime.fromtimestamp(t // 1_000_000 / 1000, UTC) for t in ns]
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -1,0 +1,72 @@
+"""Shared fixtures: a real ``clickhouse-server`` process, and a store on either backend.
+
+The server is Debian's ``clickhouse-server`` package (18.16) started as an ordinary process with
+its config, data and logs in a temporary directory, on free loopback ports; it is stopped after the
+session. Tests that need it skip, saying why, only when the binary is not installed (``.ci/run``
+installs it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from detectors.summary import summarise
+from fabricwatch.pipeline import Pipeline
+from fabricwatch.replay import replay_trace
+from ingest.simulator import load_scenario, simulate
+from streams.clickhouse_server import LocalClickHouse, server_binary
+
+_databases = itertools.count()
+
+
+def _need_server() -> None:
+    if server_binary() is None:
+        pytest.skip("clickhouse-server is not installed (apt-get install -y clickhouse-server)")
+
+
+@pytest.fixture(scope="session")
+def clickhouse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClickHouse]:
+    """One server for the session; each test takes its own database (``clickhouse_url``)."""
+    _need_server()
+    with LocalClickHouse(tmp_path_factory.mktemp("clickhouse-server")) as server:
+        yield server
+
+
+@pytest.fixture
+def clickhouse_url(clickhouse_server: LocalClickHouse) -> str:
+    """A URL naming a fresh database on the session's server."""
+    return clickhouse_server.url(f"fw_test_{next(_databases)}")
+
+
+@pytest.fixture(params=["chdb", "server"])
+def store_target(request: pytest.FixtureRequest, tmp_path) -> str:
+    """Where to open a Store: a chdb data directory, or a database on the real server.
+
+    chdb holds one data directory per process, so a test closes its stores before it ends."""
+    if request.param == "chdb":
+        return str(tmp_path / "store")
+    return request.getfixturevalue("clickhouse_url")
+
+
+@pytest.fixture(scope="session")
+def fabric_stream(tmp_path_factory: pytest.TempPathFactory) -> list:
+    """What the storage sink consumes, in order: the PortRates, phases, topology and anomalies of a
+    simulated 30 s of the demo fabric (clock started an hour ago), as stage 1/2 would publish them."""
+    scenario = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios" / "demo.yaml"
+    trace = tmp_path_factory.mktemp("stream") / "demo.trace.gz"
+    start_ns = (time.time_ns() - 3600 * 10**9) // 10**9 * 10**9
+    simulate(load_scenario(scenario, {"duration": 30, "start_time": start_ns}), trace)
+
+    out: list = []
+    pipeline = Pipeline()
+    pipeline.on_frame = lambda f: out.append(
+        summarise(f, pipeline.stage1.fabric.port_speeds_bps(f.device, f.ports))
+    )
+    pipeline.on_context = out.append
+    replay_trace(trace, pipeline, out.extend)
+    return out

@@ -1,0 +1,160 @@
+"""``fabricwatch sink`` against a real Kafka-protocol broker (Tansu) and real ClickHouse backends:
+offsets are committed only after an insert, a crash redelivers without double counting, and a
+server outage is ridden out with the backlog left in Kafka."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from schemas import topics
+from schemas.messages import Anomaly, Phase, PortRates, Topology, encode
+from streams.broker import EmbeddedBroker
+from streams.clickhouse_consumer import Backoff, StoreConsumer
+from streams.clickhouse_server import LocalClickHouse, server_binary
+from streams.clickhouse_sink import Sink, Store
+from streams.kafka_io import BrokerSettings, Publisher, ensure_topics
+
+TANSU = {"session_timeout_ms": 6000, "max_poll_interval_ms": 6000, "heartbeat_interval_ms": 1000}
+ROLLUPS = ("rates_10s", "rates_1m", "rates_1h")
+
+
+@pytest.fixture
+def broker():
+    with EmbeddedBroker() as b:
+        yield BrokerSettings(bootstrap=b.bootstrap)
+
+
+def publish(settings: BrokerSettings, messages: list) -> None:
+    ensure_topics(settings, [topics.RATES, topics.ANOMALIES, topics.PHASES, topics.TOPOLOGY])
+    pub = Publisher(settings, linger_ms=5)
+    for m in messages:
+        if isinstance(m, PortRates):
+            pub.send(topics.RATES, m.device, encode(m), m.ts_ns)
+        elif isinstance(m, Anomaly):
+            pub.send(topics.ANOMALIES, m.fingerprint, encode(m), m.ts_ns)
+        elif isinstance(m, Phase):
+            pub.send(topics.PHASES, m.job, encode(m), m.begin_ns)
+        elif isinstance(m, Topology):
+            pub.send(topics.TOPOLOGY, "fabric", encode(m), m.ts_ns)
+    pub.close()
+    assert pub.stats.acked == len(messages) and pub.stats.failed == pub.stats.dropped == 0
+
+
+def totals(store: Store) -> dict[str, tuple]:
+    out = {"raw": tuple(store.query("SELECT count(), sum(toUInt64(tx_bps)) FROM rates_raw")[0])}
+    for t in ROLLUPS:
+        out[t] = tuple(
+            store.query(
+                f"SELECT sum(n), count() FROM "
+                f"(SELECT countMerge(samples) AS n FROM {t} GROUP BY device, port, ts)"
+            )[0]
+        )
+    out["anomalies"] = tuple(store.query("SELECT count(), uniqExact(fingerprint) FROM anomaly_events")[0])
+    out["phases"] = tuple(store.query("SELECT count() FROM phases FINAL")[0])
+    return out
+
+
+def reference(store: Store, messages: list) -> dict[str, tuple]:
+    with Sink(store) as sink:
+        for m in messages:
+            sink.add(m)
+    return totals(store)
+
+
+def test_a_crash_between_insert_and_commit_redelivers_without_double_counting(
+    broker, tmp_path, fabric_stream
+):
+    publish(broker, fabric_stream)
+    with Store.open(tmp_path / "store", "reference") as ref:
+        want = reference(ref, fabric_stream)
+    with Store.open(tmp_path / "store", "live") as store:
+        first = StoreConsumer(broker, store, "sink-g", max_rows=1000, consumer_options=TANSU)
+        deadline = time.monotonic() + 30
+        while first.stats.records < len(fabric_stream) // 3 and time.monotonic() < deadline:
+            first.poll_once()
+            if first.sink.due():
+                assert first.store_and_commit()
+        assert first.stats.commits >= 1
+        while first.stats.records < 2 * len(fabric_stream) // 3 and time.monotonic() < deadline:
+            first.poll_once()
+        first.sink.flush()  # inserted ...
+        first._consumer.close(autocommit=False)  # ... and then the process died before committing
+
+        second = StoreConsumer(broker, store, "sink-g", max_rows=1000, consumer_options=TANSU)
+        stats = second.run(idle_exit_s=3.0)
+        assert stats.records < len(fabric_stream)  # it resumed from the last commit, not the start
+        assert second.sink_stats.rate_rows_skipped > 0  # and what was redelivered was skipped
+        assert totals(store) == want
+
+        third = StoreConsumer(broker, store, "sink-g", consumer_options=TANSU)
+        assert third.run(idle_exit_s=2.0).records == 0  # everything was committed
+
+
+@pytest.mark.skipif(server_binary() is None, reason="clickhouse-server is not installed")
+def test_the_sink_waits_out_a_server_outage_with_kafka_holding_the_backlog(broker, tmp_path, fabric_stream):
+    rates = [m for m in fabric_stream if isinstance(m, PortRates)][:400]
+    server = LocalClickHouse(tmp_path / "server").start()
+    try:
+        store = Store.open(server.url())
+        server.stop(kill=True)  # it crashes
+        publish(broker, rates)
+        consumer = StoreConsumer(
+            broker,
+            store,
+            "sink-outage",
+            max_rows=5000,
+            max_delay_s=0.5,
+            backoff=Backoff(0.2, 1.0),
+            consumer_options=TANSU,
+        )
+        stop = threading.Event()
+        runner = threading.Thread(target=consumer.run, args=(stop,), daemon=True)
+        runner.start()
+        deadline = time.monotonic() + 30
+        while consumer.stats.retries < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert consumer.stats.retries >= 3 and consumer.stats.commits == 0
+        server.start()
+        rows = sum(len(m.ports) for m in rates)
+        while time.monotonic() < deadline:
+            if consumer.stats.commits and store.query("SELECT count() FROM rates_raw")[0][0] == rows:
+                break
+            time.sleep(0.2)
+        stop.set()
+        runner.join(timeout=15)
+        assert store.query("SELECT count() FROM rates_raw")[0][0] == rows
+        assert (
+            store.query(
+                "SELECT sum(n) FROM (SELECT countMerge(samples) AS n FROM rates_1m GROUP BY device, port, ts)"
+            )[0][0]
+            == rows
+        )
+        store.close()
+    finally:
+        server.stop()
+
+
+def test_cli_sink_stores_what_the_broker_holds(broker, tmp_path, fabric_stream, capsys):
+    from fabricwatch.cli import main
+
+    publish(broker, fabric_stream)
+    argv = [
+        "sink",
+        "--broker",
+        broker.bootstrap,
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--idle-exit",
+        "3",
+        "--rebalance-timeout",
+        "6",
+    ]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    rows = sum(len(m.ports) for m in fabric_stream if isinstance(m, PortRates))
+    assert f"stored {rows} rate rows (0 already stored)" in out
+    with Store.open(tmp_path / "d") as store:
+        assert store.query("SELECT count() FROM rates_raw")[0][0] == rows

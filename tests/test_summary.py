@@ -1,0 +1,124 @@
+"""The per-port projection that storage and dashboards use, on hand-made frames and a simulated one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from detectors.rates import Layout, RateEngine, RateFrame
+from detectors.summary import project, summarise
+from ingest.simulator import load_scenario, simulate
+from schemas.messages import PORT_RATE_COLUMNS, CounterSpec, PortRates, Snapshot, decode, encode
+from schemas.trace import TraceReader
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios"
+COL = {c: i for i, c in enumerate(PORT_RATE_COLUMNS)}
+
+
+def frame(specs: list[CounterSpec], rows: list[list[float]], kind: str = "switch") -> RateFrame:
+    layout = Layout.of(tuple(specs))
+    values = np.array(rows, dtype=np.float64)
+    ports = [f"Ethernet{i}" for i in range(values.shape[0])]
+    return RateFrame("leaf0", kind, 2_000_000_000, 1.0, ports, layout, values)
+
+
+SWITCH = [
+    CounterSpec("tx_bytes"),
+    CounterSpec("rx_bytes"),
+    CounterSpec("rx_pfc_frames", index=3),
+    CounterSpec("rx_pfc_frames", index=4),
+    CounterSpec("rx_pfc_duration_us", index=3),
+    CounterSpec("rx_pfc_duration_us", index=4),
+    CounterSpec("queue_ecn_marked_packets", index=3),
+    CounterSpec("queue_drops", index=3),
+    CounterSpec("rx_discards"),
+    CounterSpec("queue_occupancy_bytes", kind="gauge", index=3),
+    CounterSpec("queue_occupancy_bytes", kind="gauge", index=4),
+    CounterSpec("queue_watermark_bytes", kind="watermark", index=3),
+    CounterSpec("queue_watermark_bytes", kind="watermark", index=4),
+]
+
+
+def test_sums_over_priorities_and_queues_with_units():
+    f = frame(
+        SWITCH,
+        [
+            [1e9, 2e9, 10, 5, 300_000, 200_000, 7, 1, 2, 1000, 3000, 5000, 2000],
+            [0, 0, np.nan, 4, np.nan, 100_000, np.nan, np.nan, np.nan, np.nan, 10, np.nan, np.nan],
+        ],
+    )
+    out = project(f, np.array([50e9, 50e9]))  # 400 Gb/s in bytes per second
+    p0, p1 = out
+    assert p0[COL["tx_bps"]] == 8e9 and p0[COL["rx_bps"]] == 16e9
+    assert p0[COL["tx_util"]] == pytest.approx(8e9 / 400e9)
+    assert p0[COL["rx_pause_pps"]] == 15
+    assert p0[COL["rx_pause_frac"]] == pytest.approx(0.5)
+    assert p0[COL["ecn_marked_pps"]] == 7
+    assert p0[COL["discards_pps"]] == 3
+    assert p0[COL["queue_bytes_max"]] == 3000 and p0[COL["watermark_bytes_max"]] == 5000
+    # unknown values do not contribute; a sum with no known part is unknown, never zero
+    assert p1[COL["rx_pause_pps"]] == 4 and p1[COL["rx_pause_frac"]] == pytest.approx(0.1)
+    assert np.isnan(p1[COL["ecn_marked_pps"]]) and np.isnan(p1[COL["discards_pps"]])
+    assert p1[COL["queue_bytes_max"]] == 10 and np.isnan(p1[COL["watermark_bytes_max"]])
+    # counters this device does not report at all are unknown
+    assert np.isnan(p0[COL["cnp_sent_pps"]]) and np.isnan(p0[COL["tx_pps"]])
+
+
+def test_utilisation_unknown_without_line_rate():
+    out = project(frame(SWITCH[:2], [[1e9, 1e9]]))
+    assert np.isnan(out[0, COL["tx_util"]]) and out[0, COL["tx_bps"]] == 8e9
+
+
+def test_nic_counters_map_to_the_same_columns():
+    specs = [
+        CounterSpec("rx_ecn_marked_packets"),
+        CounterSpec("cnp_sent"),
+        CounterSpec("cnp_received"),
+        CounterSpec("tx_pfc_duration_us", index=3),
+        CounterSpec("tx_pause_duration_us"),
+        CounterSpec("out_of_buffer", width=32),
+    ]
+    out = project(frame(specs, [[100, 50, 20, 250_000, 250_000, 9]], kind="nic"))[0]
+    assert out[COL["ecn_marked_pps"]] == 100
+    assert out[COL["cnp_sent_pps"]] == 50 and out[COL["cnp_received_pps"]] == 20
+    assert out[COL["tx_pause_frac"]] == pytest.approx(0.5)
+    assert out[COL["discards_pps"]] == 9
+
+
+def test_message_round_trips_with_unknowns_as_null():
+    msg = summarise(frame(SWITCH[:2], [[1e9, np.nan]]))
+    wire = encode(msg)
+    assert b"NaN" not in wire and b"null" in wire
+    back = decode(wire, PortRates)
+    assert back.columns == list(PORT_RATE_COLUMNS)
+    assert back.values[0][COL["tx_bps"]] == 8e9 and back.values[0][COL["rx_bps"]] is None
+    assert decode(wire).device == "leaf0"  # in the Message union too
+
+
+def test_ragged_message_is_a_clear_error():
+    with pytest.raises(ValueError, match="values\\[0\\] has 1 entries but there are 2 columns"):
+        PortRates("d", "nic", 1, 1.0, ["p"], ["tx_bps", "rx_bps"], [[1.0]])
+
+
+def test_every_frame_of_a_simulated_fabric(tmp_path):
+    trace = tmp_path / "t.trace"
+    simulate(load_scenario(SCENARIOS / "demo.yaml", {"duration": 4}), trace)
+    engine = RateEngine()
+    kinds = set()
+    with TraceReader(trace) as reader:
+        for rec in reader:
+            if rec.topic != "fabric.counters":
+                continue
+            f = engine.update(decode(rec.value(), Snapshot))
+            if f is None:
+                continue
+            out = project(f)
+            assert out.shape == (len(f.ports), len(PORT_RATE_COLUMNS))
+            tx = f.port("tx_bytes")
+            assert np.array_equal(out[:, COL["tx_bps"]], tx * 8, equal_nan=True)
+            known = out[~np.isnan(out)]
+            assert (known >= 0).all()
+            kinds.add(f.device_kind)
+    assert kinds == {"nic", "switch"}
