@@ -276,6 +276,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"{len(result.anomalies)} anomaly events, {result.wall_s:.1f} s",
         file=sys.stdout,
     )
+    if result.stored:
+        print(f"stored in {result.stored}; report: {result.report[-1]}", file=sys.stdout)
     return 0
 
 

@@ -1,9 +1,11 @@
 """``fabricwatch run``: the whole streaming pipeline on one machine, with nothing installed.
 
 Without ``--broker`` it starts the embedded Tansu broker on a free loopback port; then the Faust
-workers as child processes, a simulated fabric published live (the demo scenario by default, its
-clock starting now), and prints anomalies as the workers publish them. Everything it started is
-stopped on exit, on Ctrl-C and on errors.
+workers as child processes, the ClickHouse sink (embedded chdb under ``--data-dir``) and, with
+``--alerts``, the alerter, both as threads; it publishes a simulated fabric live (the demo scenario
+by default, its clock starting now), prints anomalies as the workers publish them, and at the end
+writes the offline report of the run from the store. Everything it started is stopped on exit, on
+Ctrl-C and on errors; the sink stores and commits what it holds first.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ import contextlib
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -38,12 +40,22 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     r.add_argument("--broker-config", type=Path, default=None, help="YAML with a broker: section")
     r.add_argument("--scenario", type=Path, default=None, help="scenario YAML (default: the demo)")
     r.add_argument("--seed", type=int, default=None)
+    r.add_argument("--duration", type=float, default=None, help="simulated seconds (default: the scenario's)")
     r.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     r.add_argument(
         "--speed", type=float, default=10.0, help="simulated seconds per wall second (1 = real time)"
     )
     r.add_argument("--config", type=Path, default=None, help="YAML with a detectors: section")
     r.add_argument("--json", action="store_true", help="print anomaly events as JSON lines")
+    r.add_argument(
+        "--data-dir", type=Path, default=Path("fabricwatch-data"), help="embedded ClickHouse store"
+    )
+    r.add_argument(
+        "--clickhouse", default=None, help="store in a server instead: clickhouse://user@host:9000/db"
+    )
+    r.add_argument("--no-store", action="store_true", help="no sink, no report")
+    r.add_argument("--report", type=Path, default=Path("fabricwatch-report"), help="report directory")
+    r.add_argument("--alerts", type=Path, default=None, help="YAML with an alerts: section: deliver alerts")
     return r
 
 
@@ -52,6 +64,8 @@ class RunResult:
     anomalies: list[Anomaly]
     published: PublishResult
     wall_s: float
+    stored: str = ""
+    report: list[Path] = field(default_factory=list)
 
 
 def run_pipeline(
@@ -76,10 +90,18 @@ def run_pipeline(
             for i in range(args.workers)
         ]
         trace = tmp / "live.trace.gz"
-        overrides = {"start_time": time.time_ns()}
+        start_ns = time.time_ns()
+        overrides: dict[str, object] = {"start_time": start_ns}
+        if args.duration is not None:
+            overrides["duration"] = args.duration
         stats = simulate(load_scenario(scenario, overrides), trace, args.seed)
         for w in workers:
             w.wait_ready()
+        store = None if args.no_store else stack.enter_context(_Store(args.clickhouse or args.data_dir))
+        if store is not None:
+            stack.enter_context(_Background("sink", _sink, settings, store))
+        if args.alerts is not None:
+            stack.enter_context(_Background("alerts", _alerts, settings, args.alerts))
         _say(out, args, f"{len(workers)} worker(s) ready; feeding {scenario.name} at {args.speed:g}x ...")
         watcher = stack.enter_context(_watch(settings))
         feed = _Feed(trace, settings, args.speed)
@@ -101,7 +123,14 @@ def run_pipeline(
                     break
         published = feed.result()
         _say(out, args, f"simulated {stats.snapshots} snapshots; stopping workers and broker")
-    return RunResult(anomalies, published, time.monotonic() - started)
+        result = RunResult(anomalies, published, time.monotonic() - started)
+        if store is not None:
+            _say(out, args, f"waiting for the sink to store everything in {store.where} ...")
+            _wait_stored(settings)
+            stack.close()  # the sink commits, then workers and broker stop; then the report
+            result.stored = store.where
+            result.report = _report(store.target, args.report, start_ns)
+    return result
 
 
 class _Feed:
@@ -172,3 +201,96 @@ def _show(a: Anomaly, out: TextIO, args: argparse.Namespace) -> None:
 def _say(out: TextIO, args: argparse.Namespace, text: str) -> None:
     if not args.json:
         print(text, file=out, flush=True)
+
+
+class _Background:
+    """A thread running ``target(stop, *args)`` until the ``with`` block ends; its error, if any,
+    is raised there."""
+
+    def __init__(self, name: str, target: Callable[..., object], *args: object) -> None:
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(target, args), name=f"fabricwatch-{name}", daemon=True
+        )
+
+    def _run(self, target: Callable[..., object], args: tuple) -> None:
+        try:
+            target(self._stop, *args)
+        except BaseException as exc:
+            self._error = exc
+
+    def __enter__(self) -> _Background:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        if self._error is not None:
+            raise self._error
+
+
+class _Store:
+    """The sink's store, opened for the run and closed before the report opens it again (chdb
+    allows one open data directory per process)."""
+
+    def __init__(self, target: str | Path) -> None:
+        from streams.clickhouse_sink import Store
+
+        self.target = target
+        self.store = Store.open(target)
+        self.where = self.store.where
+
+    def __enter__(self) -> _Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.store.close()
+
+
+_GROUP_TIMEOUTS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000, "max_poll_interval_ms": 60_000}
+"""Short group timeouts: a group join waits for them on the embedded broker."""
+
+
+def _sink(stop: threading.Event, settings: BrokerSettings, store: _Store) -> None:
+    from streams.clickhouse_consumer import run_sink
+
+    run_sink(settings, store.store, "fabricwatch-sink", stop=stop, consumer_options=_GROUP_TIMEOUTS)
+
+
+def _alerts(stop: threading.Event, settings: BrokerSettings, config: Path) -> None:
+    from alerts.config import load_alerts_config
+    from alerts.consumer import run_consumer
+
+    run_consumer(settings, load_alerts_config(config), stop, consumer_options=_GROUP_TIMEOUTS)
+
+
+def _wait_stored(settings: BrokerSettings, timeout_s: float = 60.0) -> None:
+    """Until the sink's group has committed every message of the topics it stores."""
+    from kafka import KafkaAdminClient
+
+    from streams.clickhouse_consumer import SINK_TOPICS
+
+    admin = KafkaAdminClient(**settings.kafka_kwargs())
+    consumer = KafkaConsumer(**settings.kafka_kwargs(), enable_auto_commit=False)
+    try:
+        tps = [TopicPartition(t, p) for t in SINK_TOPICS for p in consumer.partitions_for_topic(t) or ()]
+        ends = consumer.end_offsets(tps)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            committed = admin.list_group_offsets("fabricwatch-sink")["fabricwatch-sink"]
+            if all(ends[tp] == 0 or (tp in committed and committed[tp].offset >= ends[tp]) for tp in tps):
+                return
+            time.sleep(0.5)
+    finally:
+        consumer.close()
+        admin.close()
+
+
+def _report(target: str | Path, out_dir: Path, start_ns: int) -> list[Path]:
+    from fabricwatch.report import write_report
+    from streams.clickhouse_sink import Store
+
+    with Store.open(target) as store:
+        return write_report(store, out_dir, start_ns)

@@ -32,7 +32,6 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from detectors.config import DetectorConfig
 from detectors.outliers import OutlierStage
-from detectors.rates import RateFrame
 from schemas import topics
 from schemas.messages import Anomaly, DecodeError, Phase, Topology, decode, encode
 from streams.health import Progress
@@ -95,7 +94,7 @@ def make_app(opts: WorkerOptions) -> faust.App:
         web_host=socket.gethostname(),
     )
     progress = Progress(stall_after_s=opts.stall_after_s)
-    stage1 = Stage1Worker(opts.config, opts.outliers, opts.max_message_bytes, _summariser())
+    stage1 = Stage1Worker(opts.config, opts.outliers, opts.max_message_bytes)
     stage2 = Stage2Worker(opts.config, stall_after_s=max(opts.stall_source_s, 2 * timeout))
     stage2_lock = asyncio.Lock()
     topology_seen = asyncio.Event()
@@ -308,19 +307,6 @@ async def _wait(event: asyncio.Event, timeout_s: float) -> None:
         await asyncio.wait_for(event.wait(), timeout_s)
     except TimeoutError:
         event.set()
-
-
-def _summariser() -> Any:
-    """The rates message of a frame, when the storage projection is available."""
-    try:
-        from detectors.summary import summarise
-    except ImportError:
-        return None
-
-    def rates_message(frame: RateFrame) -> bytes:
-        return encode(summarise(frame))
-
-    return rates_message
 
 
 def _credentials(settings: BrokerSettings) -> Any:

@@ -9,15 +9,15 @@ pipeline, which ticks stage 2 by the same ``Ticker``.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from detectors.config import DetectorConfig
 from detectors.fabric import FabricMap
 from detectors.incidents import Correlator
 from detectors.outliers import OutlierStage
-from detectors.rates import RateFrame
 from detectors.stage1 import Stage1
+from detectors.summary import summarise
 from detectors.ticks import Ticker
 from schemas.messages import (
     Anomaly,
@@ -80,7 +80,8 @@ class Stage1Worker:
     ``fabric.symptoms`` and leave in order, so a watermark follows every symptom it covers. Between
     batches, ``heartbeat`` says which of its partitions are caught up (nothing left to read), so
     stage 2 does not wait for partitions whose devices are quiet.
-    ``summarise`` turns a rate frame into the ``fabric.rates`` message (None: no rates published).
+    With ``rates``, each frame also goes out as a ``fabric.rates`` message for storage, with
+    utilisation against the line rates stage 1 itself judged by.
     """
 
     def __init__(
@@ -88,11 +89,11 @@ class Stage1Worker:
         config: DetectorConfig,
         outliers: OutlierStage | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-        summarise: Callable[[RateFrame], bytes] | None = None,
+        rates: bool = True,
     ) -> None:
         self.core = Stage1(config, outliers)
         self.max_message_bytes = max_message_bytes
-        self._summarise = summarise
+        self.rates = rates
         self._pods: dict[str, str] = {}
         self._pod_keys: list[bytes] = [UNKNOWN_POD.encode()]
         self._newest: dict[str, int] = {}
@@ -123,8 +124,9 @@ class Stage1Worker:
                 continue
             out.values += len(snap.ports) * len(snap.counters)
             newest[sources[i]] = max(newest.get(sources[i], 0), snap.ts_ns)
-            if frame is not None and self._summarise is not None:
-                out.rates.append(Keyed(snap.device.encode(), self._summarise(frame)))
+            if frame is not None and self.rates:
+                line = self.core.fabric.port_speeds_bps(frame.device, frame.ports)
+                out.rates.append(Keyed(snap.device.encode(), encode(summarise(frame, line))))
             out.symptoms += [self._keyed(s) for s in symptoms]
         out.symptoms += [self._keyed(s) for s in self.core.flush()]
         for source, ts_ns in sorted(newest.items()):

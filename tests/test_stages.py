@@ -15,7 +15,7 @@ from fabricwatch.pipeline import Pipeline
 from fabricwatch.replay import replay_trace
 from ingest.simulator import load_scenario, simulate
 from schemas import topics
-from schemas.messages import Phase, Symptom, Topology, Watermark, decode, encode
+from schemas.messages import Phase, PortRates, Symptom, Topology, Watermark, decode, encode
 from schemas.trace import TraceReader
 from streams.stages import Stage1Worker, Stage2Worker
 
@@ -142,3 +142,20 @@ def test_a_jump_of_months_in_input_time_is_quick_and_resolves_what_was_open():
     fired, _ = stage2.feed(encode(Watermark("a", months)), now=1.0)
     assert time.perf_counter() - began < 1.0
     assert [a.status for a in fired if a.kind == "incast"] == ["resolved"]
+
+
+def test_stage1_publishes_rates_with_utilisation_against_the_topology_line_rates(demo_trace):
+    stage1 = Stage1Worker(DetectorConfig())
+    values = []
+    with TraceReader(demo_trace) as reader:
+        for rec in reader:
+            if rec.topic == topics.TOPOLOGY:
+                stage1.set_topology(decode(rec.value(), Topology))
+            elif rec.topic == topics.COUNTERS and len(values) < 2_000:
+                values.append(rec.value())
+    out = stage1.process(values, ["c/0"] * len(values))
+    rates = [decode(k.value, PortRates) for k in out.rates]
+    assert rates and all(k.key.decode() == r.device for k, r in zip(out.rates, rates, strict=True))
+    nic = next(r for r in rates if r.device_kind == "nic")
+    util = nic.values[0][nic.columns.index("tx_util")]
+    assert util is not None and 0 <= util <= 1.05
