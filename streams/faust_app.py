@@ -36,7 +36,7 @@ from schemas import topics
 from schemas.messages import Anomaly, DecodeError, Phase, Topology, decode, encode
 from streams.health import Progress
 from streams.kafka_io import BrokerSettings
-from streams.stages import DEFAULT_MAX_MESSAGE_BYTES, Stage1Worker, Stage2Worker
+from streams.stages import DEFAULT_MAX_MESSAGE_BYTES, Keyed, Stage1Worker, Stage2Worker
 
 DEAD_LETTER_HEAD = 64 * 1024
 """What is kept of a message too large for the dead-letter topic itself."""
@@ -101,9 +101,13 @@ def make_app(opts: WorkerOptions) -> faust.App:
     processed: dict[Any, int] = {}
     counters = app.topic(topics.COUNTERS)
     symptoms = app.topic(topics.SYMPTOMS)
-    rates = app.topic(topics.RATES)
     anomalies = app.topic(topics.ANOMALIES)
     deadletter = app.topic(topics.DEADLETTER)
+
+    async def send(topic: str, message: Keyed) -> None:
+        """Straight to the producer: the values are bytes already, and at one rates message per
+        snapshot Faust's channel layer (serialisers, callbacks) costs more than the send itself."""
+        await app.producer.send(topic, message.key, message.value, None, None, None)
 
     async def dead_letter(event: Any, reason: str) -> None:
         m = event.message
@@ -131,9 +135,9 @@ def make_app(opts: WorkerOptions) -> faust.App:
             for r in out.rejected:
                 await dead_letter(events[r.index], r.reason)
             for k in out.rates:
-                await rates.send(key=k.key, value=k.value)
+                await send(topics.RATES, k)
             for k in out.symptoms:
-                await symptoms.send(key=k.key, value=k.value)
+                await send(topics.SYMPTOMS, k)
             for e in events:
                 processed[e.message.tp] = e.message.offset
             progress.processed("snapshots", len(events) - len(out.rejected))
@@ -169,7 +173,7 @@ def make_app(opts: WorkerOptions) -> faust.App:
                 f"{tp.topic}/{tp.partition}": processed.get(tp, -1) + 1 >= (ends.get(tp) or 0) for tp in owned
             }
             for k in stage1.heartbeat(caught_up):
-                await symptoms.send(key=k.key, value=k.value)
+                await send(topics.SYMPTOMS, k)
 
     @app.timer(1.0)
     async def stage2_idle() -> None:
