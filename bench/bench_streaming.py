@@ -103,8 +103,9 @@ def latency(settings: BrokerSettings, scenario: Path, duration: int, load: float
     sent: dict[int, float] = {}
     feeder = threading.Thread(target=feed, args=(trace, settings, speed, sent))
     feeder.start()
-    anomaly_s: list[float] = []
-    symptom_s: list[float] = []
+    anomaly_s: list[tuple[int, int]] = []
+    symptom_s: list[tuple[int, int]] = []
+    labels: list[str] = []
     quiet_until = None
     while quiet_until is None or time.time() < quiet_until:
         for records in watcher.poll(timeout_ms=200).values():
@@ -112,6 +113,8 @@ def latency(settings: BrokerSettings, scenario: Path, duration: int, load: float
                 msg = decode(r.value)
                 if isinstance(msg, Anomaly | Symptom):
                     (anomaly_s if isinstance(msg, Anomaly) else symptom_s).append((r.timestamp, msg.ts_ns))
+                    if isinstance(msg, Anomaly):
+                        labels.append(f"{msg.kind} {msg.status}")
         if quiet_until is None and not feeder.is_alive():
             quiet_until = time.time() + 5
     watcher.close()
@@ -122,9 +125,8 @@ def latency(settings: BrokerSettings, scenario: Path, duration: int, load: float
         time was sent (a resolution's time may fall between polls)."""
         out = []
         for produced_ms, ts_ns in events:
-            i = bisect.bisect_right(times, ts_ns) - 1
-            if i >= 0:
-                out.append(produced_ms / 1000 - sent[times[i]])
+            i = max(0, bisect.bisect_right(times, ts_ns) - 1)
+            out.append(produced_ms / 1000 - sent[times[i]])
         return out
 
     anomalies, symptoms = delays(anomaly_s), delays(symptom_s)
@@ -136,6 +138,7 @@ def latency(settings: BrokerSettings, scenario: Path, duration: int, load: float
         anomaly_p50_s=round(_quantile(anomalies, 0.5), 3),
         anomaly_p99_s=round(_quantile(anomalies, 0.99), 3),
         anomaly_max_s=round(max(anomalies, default=float("nan")), 3),
+        anomaly_events_s=[[label, round(d, 3)] for label, d in zip(labels, anomalies, strict=True)],
         symptoms=len(symptoms),
         symptom_p50_s=round(_quantile(symptoms, 0.5), 3),
         symptom_p99_s=round(_quantile(symptoms, 0.99), 3),
