@@ -96,6 +96,7 @@ def make_app(opts: WorkerOptions) -> faust.App:
     progress = Progress(stall_after_s=opts.stall_after_s)
     stage1 = Stage1Worker(opts.config, opts.outliers, opts.max_message_bytes)
     stage2 = Stage2Worker(opts.config, stall_after_s=max(opts.stall_source_s, 2 * timeout))
+    stage1_lock = asyncio.Lock()
     stage2_lock = asyncio.Lock()
     topology_seen = asyncio.Event()
     processed: dict[Any, int] = {}
@@ -131,15 +132,16 @@ def make_app(opts: WorkerOptions) -> faust.App:
             if not topology_seen.is_set():
                 await _wait(topology_seen, opts.topology_wait_s)
             sources = [f"{e.message.topic}/{e.message.partition}" for e in events]
-            out = stage1.process([e.message.value for e in events], sources)
-            for r in out.rejected:
-                await dead_letter(events[r.index], r.reason)
-            for k in out.rates:
-                await send(topics.RATES, k)
-            for k in out.symptoms:
-                await send(topics.SYMPTOMS, k)
-            for e in events:
-                processed[e.message.tp] = e.message.offset
+            async with stage1_lock:  # a heartbeat's watermark must not overtake this batch's symptoms
+                out = stage1.process([e.message.value for e in events], sources)
+                for r in out.rejected:
+                    await dead_letter(events[r.index], r.reason)
+                for k in out.rates:
+                    await send(topics.RATES, k)
+                for k in out.symptoms:
+                    await send(topics.SYMPTOMS, k)
+                for e in events:
+                    processed[e.message.tp] = e.message.offset
             progress.processed("snapshots", len(events) - len(out.rejected))
             progress.processed("values", out.values)
 
@@ -169,11 +171,13 @@ def make_app(opts: WorkerOptions) -> faust.App:
             if not owned:
                 continue
             ends = await app.consumer.highwaters(*owned)
-            caught_up = {
-                f"{tp.topic}/{tp.partition}": processed.get(tp, -1) + 1 >= (ends.get(tp) or 0) for tp in owned
-            }
-            for k in stage1.heartbeat(caught_up):
-                await send(topics.SYMPTOMS, k)
+            async with stage1_lock:
+                caught_up = {
+                    f"{tp.topic}/{tp.partition}": processed.get(tp, -1) + 1 >= (ends.get(tp) or 0)
+                    for tp in owned
+                }
+                for k in stage1.heartbeat(caught_up):
+                    await send(topics.SYMPTOMS, k)
 
     @app.timer(1.0)
     async def stage2_idle() -> None:
