@@ -70,14 +70,7 @@ class Snapshot(msgspec.Struct, tag="snapshot", tag_field="type", omit_defaults=T
     v: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
-        if self.ts_ns <= 0:
-            raise ValueError("ts_ns must be a positive integer of nanoseconds since the epoch")
-        if len(self.values) != len(self.ports):
-            raise ValueError(f"values has {len(self.values)} rows but there are {len(self.ports)} ports")
-        ncols = len(self.counters)
-        for i, row in enumerate(self.values):
-            if len(row) != ncols:
-                raise ValueError(f"values[{i}] has {len(row)} entries but there are {ncols} counters")
+        _check_matrix(self.ts_ns, self.ports, self.values, len(self.counters), "counters")
 
 
 class Phase(msgspec.Struct, tag="phase", tag_field="type", omit_defaults=True):
@@ -264,14 +257,7 @@ class PortRates(msgspec.Struct, tag="rates", tag_field="type", omit_defaults=Tru
     v: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
-        if self.ts_ns <= 0:
-            raise ValueError("ts_ns must be a positive integer of nanoseconds since the epoch")
-        if len(self.values) != len(self.ports):
-            raise ValueError(f"values has {len(self.values)} rows but there are {len(self.ports)} ports")
-        ncols = len(self.columns)
-        for i, row in enumerate(self.values):
-            if len(row) != ncols:
-                raise ValueError(f"values[{i}] has {len(row)} entries but there are {ncols} columns")
+        _check_matrix(self.ts_ns, self.ports, self.values, len(self.columns), "columns")
 
 
 class Label(msgspec.Struct, tag="label", tag_field="type", omit_defaults=True):
@@ -288,6 +274,17 @@ class Label(msgspec.Struct, tag="label", tag_field="type", omit_defaults=True):
     def __post_init__(self) -> None:
         if self.end_ns < self.start_ns:
             raise ValueError("end_ns is before start_ns")
+
+
+def _check_matrix(ts_ns: int, ports: list[str], values: list[list], ncols: int, cols: str) -> None:
+    """A ports x columns matrix message (snapshot, rates) is whole and stamped, or it is refused."""
+    if ts_ns <= 0:
+        raise ValueError("ts_ns must be a positive integer of nanoseconds since the epoch")
+    if len(values) != len(ports):
+        raise ValueError(f"values has {len(values)} rows but there are {len(ports)} ports")
+    for i, row in enumerate(values):
+        if len(row) != ncols:
+            raise ValueError(f"values[{i}] has {len(row)} entries but there are {ncols} {cols}")
 
 
 Message = Snapshot | Phase | Topology | Symptom | Watermark | Anomaly | Label | PortRates

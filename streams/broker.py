@@ -13,7 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from streams.processes import wait_listening
+from streams.processes import stop_process, wait_listening
 
 
 class BrokerError(RuntimeError):
@@ -67,12 +67,7 @@ class EmbeddedBroker:
     def stop(self) -> None:
         if self._proc is None:
             return
-        self._proc.terminate()
-        try:
-            self._proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        stop_process(self._proc, timeout_s=5)
         if self._proc.stderr:
             self._proc.stderr.close()
         self._proc = None

@@ -8,13 +8,14 @@ loopback ports, and ``stop`` ends it. Debian's package (``apt-get install clickh
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
 from streams.broker import free_port
-from streams.processes import wait_listening
+from streams.processes import stop_process, wait_listening
 
 _CONFIG = """<?xml version="1.0"?>
 <yandex>
@@ -137,15 +138,7 @@ class LocalClickHouse:
         then for good if it does not go; ``kill`` ends it at once, like a crash."""
         if self._proc is None:
             return
-        if kill:
-            self._proc.kill()
-        else:
-            self._proc.terminate()
-        try:
-            self._proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        stop_process(self._proc, signal.SIGKILL if kill else signal.SIGTERM, timeout_s=15)
         self._proc = None
 
     @property

@@ -1,7 +1,9 @@
-"""Waiting for a child server (the embedded broker, a test's ClickHouse) to listen."""
+"""Child servers (the embedded broker, a test's ClickHouse, worker processes): waiting for them to
+listen, and stopping them."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import time
@@ -22,3 +24,16 @@ def wait_listening(
         except OSError:
             time.sleep(every_s)
     return "timeout"
+
+
+def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> int:
+    """Send ``sig`` (unless it already exited), wait up to ``timeout_s``, then kill: a child that
+    ignores its stop signal must not outlive us."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode

@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import IO, Self
 
 from streams.broker import free_port
+from streams.processes import stop_process
 
 
 class WorkerProcess:
@@ -75,16 +76,10 @@ class WorkerProcess:
         raise RuntimeError(f"the worker was not ready within {timeout_s:.0f} s")
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = stop_process(self.proc, sig, timeout_s)
         if self._log is not None:
             self._log.close()
-        return self.proc.returncode
+        return code
 
     def __enter__(self) -> Self:
         return self
