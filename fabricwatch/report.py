@@ -30,6 +30,7 @@ import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
 import numpy as np
 
+from schemas.clickhouse import ROLLUPS
 from schemas.messages import PORT_RATE_COLUMNS
 
 DPI = 100
@@ -153,7 +154,6 @@ def parse_time(text: str | None) -> int | None:
 # -- queries ------------------------------------------------------------------------------------
 
 
-_ROLLUPS = {"rates_10s": 10, "rates_1m": 60, "rates_1h": 3600}
 _PEAK_METRICS = {
     "tx_util",
     "rx_util",
@@ -167,9 +167,9 @@ _PEAK_METRICS = {
 
 def _source(store: Store, start_ns: int | None, end_ns: int | None, resolution: str | None) -> str:
     """``rates_raw``, or a rollup presented with the raw table's columns (one row per port and bucket)."""
-    candidates = ["rates_raw", *_ROLLUPS] if resolution is None else [resolution]
-    if not set(candidates) <= {"rates_raw", *_ROLLUPS}:
-        raise ValueError(f"resolution {resolution!r}: one of rates_raw, {', '.join(_ROLLUPS)}")
+    candidates = ["rates_raw", *ROLLUPS] if resolution is None else [resolution]
+    if not set(candidates) <= {"rates_raw", *ROLLUPS}:
+        raise ValueError(f"resolution {resolution!r}: one of rates_raw, {', '.join(ROLLUPS)}")
     for table in candidates:
         src = table if table == "rates_raw" else _rollup_source(table, start_ns, end_ns)
         if store.query(f"SELECT count() FROM {src}{_where_ns(start_ns, end_ns)}")[0][0]:
@@ -178,9 +178,9 @@ def _source(store: Store, start_ns: int | None, end_ns: int | None, resolution: 
 
 
 def _rollup_source(table: str, start_ns: int | None, end_ns: int | None) -> str:
-    seconds = _ROLLUPS[table]
+    seconds = ROLLUPS[table][0]
     cols = ", ".join(
-        f"maxMerge({m}_max) AS {m}" if m in _PEAK_METRICS else f"avgMerge({m}_avg) AS {m}"
+        f"max({m}_max) AS {m}" if m in _PEAK_METRICS else f"sum({m}_sum) / sum({m}_n) AS {m}"
         for m in PORT_RATE_COLUMNS
     )
     bounds = []

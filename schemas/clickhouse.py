@@ -68,6 +68,11 @@ class Dialect:
         strip the Nullable (their -Null combinator wraps the state), current ones keep it."""
         return "Nullable(Float64)" if self.modern else "Float64"
 
+    def simple(self, function: str, inner: str) -> str:
+        """A column AggregatingMergeTree folds with ``function`` on merge (SimpleAggregateFunction,
+        19.8+); an old server gets the plain type and a MergeTree that keeps the rows apart."""
+        return f"SimpleAggregateFunction({function}, {inner})" if self.modern else inner
+
     def inserted(self, aggregating: bool = False) -> list[str]:
         """The storage time that TTL counts from (old servers have no TTL and get no column)."""
         if not self.modern:
@@ -103,24 +108,24 @@ class SchemaOptions:
             raise ValueError("replicated tables need a cluster")
 
 
-ROLLUPS: dict[str, tuple[str, str, str]] = {
-    "rates_10s": ("rates_raw", "toDate(ts)", "ttl_10s_days"),
-    "rates_1m": ("rates_10s", "toDate(ts)", "ttl_1m_days"),
-    "rates_1h": ("rates_1m", "toYYYYMM(ts)", "ttl_1h_days"),
+ROLLUPS: dict[str, tuple[int, str, str]] = {
+    "rates_10s": (10, "toDate(ts)", "ttl_10s_days"),
+    "rates_1m": (60, "toDate(ts)", "ttl_1m_days"),
+    "rates_1h": (3600, "toYYYYMM(ts)", "ttl_1h_days"),
 }
-"""Rollup table → (what its view reads, partition expression, TTL option).
+"""Rollup table → (bucket seconds, partition expression, TTL option).
 
-Cascaded: the 1 min view reads the 10 s rollup's inserted blocks and the 1 h view the 1 min one's,
-merging states (``-MergeState``), so each works on already-reduced rows rather than on every raw
-row again. The hourly rollup is partitioned by month: a day partition of 24 rows per port would
-make two years 730 tiny partitions."""
+Each view reads the raw rows of an insert: the three run side by side on the insert's threads
+(``parallel_view_processing``), where a cascade (1 min from 10 s, 1 h from 1 min) would run one
+after the other. The hourly rollup is partitioned by month: a day partition of 24 rows per port
+would make two years 730 tiny partitions."""
 
-_SECONDS = {"rates_10s": 10, "rates_1m": 60, "rates_1h": 3600}
+_V1_SOURCES = {"rates_10s": "rates_raw", "rates_1m": "rates_10s", "rates_1h": "rates_1m"}
+"""Schema v1's cascade, kept only to build v1 as it was released (v3 replaced its rollups)."""
 
 
-def _bucket(name: str, source: str) -> str:
+def _bucket(seconds: int, source: str = "rates_raw") -> str:
     """The bucket start: from raw rows by the exact ``ts_ns``, from a finer rollup by its ``ts``."""
-    seconds = _SECONDS[name]
     if source == "rates_raw":
         return f"toDateTime(intDiv(ts_ns, {seconds * 1_000_000_000}) * {seconds}, 'UTC')"
     return "toStartOfMinute(ts)" if seconds == 60 else "toStartOfHour(ts)"
@@ -167,14 +172,15 @@ class _Gen:
             f"CREATE TABLE IF NOT EXISTS {self.local(name)}{self.on_cluster()} (\n    {cols}\n)\n"
             f"ENGINE = {self.engine(name, kind, version)}{parts}\nORDER BY ({order_by}){ttl}"
         )
-        out = [stmt]
-        if self.o.cluster:
-            db = self.o.database
-            out.append(
-                f"CREATE TABLE IF NOT EXISTS {db}.{name}{self.on_cluster()} AS {self.local(name)}\n"
-                f"ENGINE = Distributed({self.o.cluster}, {db}, {name}_local, {shard_key})"
-            )
-        return out
+        return [stmt, self.distributed(name, shard_key)] if self.o.cluster else [stmt]
+
+    def distributed(self, name: str, shard_key: str) -> str:
+        """The Distributed front ``name`` over ``<name>_local`` (cluster only)."""
+        db = self.o.database
+        return (
+            f"CREATE TABLE IF NOT EXISTS {db}.{name}{self.on_cluster()} AS {self.local(name)}\n"
+            f"ENGINE = Distributed({self.o.cluster}, {db}, {name}_local, {shard_key})"
+        )
 
     def view(self, name: str, target: str, select: str) -> str:
         """A materialized view writing into ``target``; on a cluster, shard-local to shard-local."""
@@ -206,8 +212,10 @@ def _rates_raw(g: _Gen) -> list[str]:
     )
 
 
-def _rollup(g: _Gen, name: str) -> list[str]:
-    source, partition, ttl_opt = ROLLUPS[name]
+def _rollup_v1(g: _Gen, name: str) -> list[str]:
+    """Schema v1's rollup (avg and max states, cascaded): what a v1 database holds before v3."""
+    seconds, partition, ttl_opt = ROLLUPS[name]
+    source = _V1_SOURCES[name]
     d = g.d
     if not d.modern:  # 18.16 does not fire a view on a table another view writes into
         source = "rates_raw"
@@ -241,11 +249,101 @@ def _rollup(g: _Gen, name: str) -> list[str]:
             f"avgMergeState({m}_avg) AS {m}_avg, maxMergeState({m}_max) AS {m}_max" for m in RATE_METRICS
         ]
     select = (
-        f"SELECT\n    {_bucket(name, source)} AS ts, device, device_kind, port, {count} AS samples,\n    "
+        f"SELECT\n    {_bucket(seconds, source)} AS ts, device, device_kind, port, {count} AS samples,\n    "
         + ",\n    ".join(states)
         + f"\nFROM {g.local(source)}\nGROUP BY ts, device, device_kind, port"
     )
     out.append(g.view(f"{name}_mv", name, select))
+    return out
+
+
+ROLLUP_COLUMNS: tuple[str, ...] = (
+    "samples",
+    *(f"{m}_{part}" for m in RATE_METRICS for part in ("sum", "n", "max")),
+)
+"""A rollup's value columns (schema v3): ``samples`` rows, and per metric the sum and count of
+its known values and its peak. Read them with plain ``sum``/``max`` and a ``GROUP BY`` (a bucket
+may be in several rows until a merge folds them): ``sum(m_sum) / sum(m_n)`` is the mean."""
+
+
+def _rollup_table(g: _Gen, name: str, table: str) -> list[str]:
+    """The v3 rollup ``name``, created as ``table`` (the name itself, or a staging name).
+
+    Plain sums, counts and maxima rather than ``avgState``/``maxState``: a state column is
+    serialised value by value on every insert, and the three rollups cost more than the raw table
+    itself. SimpleAggregateFunction columns are plain numbers that AggregatingMergeTree still folds
+    on merge. An old server has no SimpleAggregateFunction: there the rollup is a MergeTree whose
+    rows are never folded, which the queries' ``GROUP BY`` makes equivalent."""
+    _, partition, ttl_opt = ROLLUPS[name]
+    d = g.d
+    cols = [
+        "ts DateTime('UTC')",
+        f"device {d.lc()}",
+        f"device_kind {d.lc()}",
+        f"port {d.lc()}",
+        f"samples {d.simple('sum', 'UInt64')}",
+    ]
+    for m in RATE_METRICS:
+        cols += [
+            f"{m}_sum {d.simple('sum', 'Nullable(Float64)')}",
+            f"{m}_n {d.simple('sum', 'UInt64')}",
+            f"{m}_max {d.simple('max', 'Nullable(Float64)')}",
+        ]
+    cols += d.inserted(aggregating=True)
+    ttl = d.ttl(getattr(g.o, ttl_opt))
+    engine = "AggregatingMergeTree" if d.modern else "MergeTree"
+    order = "device, device_kind, port, ts"
+    return g.table(table, cols, engine, order, partition, ttl, shard_key="cityHash64(device)")
+
+
+def _rollup_view(g: _Gen, name: str) -> str:
+    seconds = ROLLUPS[name][0]
+    values = [f"sum({m}) AS {m}_sum, count({m}) AS {m}_n, max({m}) AS {m}_max" for m in RATE_METRICS]
+    select = (
+        f"SELECT\n    {_bucket(seconds)} AS ts, device, device_kind, port, count() AS samples,\n    "
+        + ",\n    ".join(values)
+        + f"\nFROM {g.local('rates_raw')}\nGROUP BY ts, device, device_kind, port"
+    )
+    return g.view(f"{name}_mv", name, select)
+
+
+def _backfill_from_v1(g: _Gen, name: str, table: str) -> str:
+    """v1 states → v3 columns. An average state keeps its mean but not how many values were known,
+    so a metric known in a bucket counts the bucket's samples (exact unless some of that bucket's
+    polls lacked the metric); a metric never known stays NULL with a count of 0 (an old server's
+    merged max says 0 there, its merged average NaN: the average decides)."""
+    db = g.o.database
+    inner = ["ts", "device", "device_kind", "port", "countMerge(samples) AS n"]
+    outer = ["ts", "device", "device_kind", "port", "n"]
+    for i, m in enumerate(RATE_METRICS):
+        inner += [f"avgMerge({m}_avg) AS a{i}", f"maxMerge({m}_max) AS x{i}"]
+        known = f"NOT ifNull(isNaN(a{i}), 1)"
+        outer += [f"if({known}, a{i} * n, NULL)", f"if({known}, n, 0)", f"if({known}, x{i}, NULL)"]
+    return (
+        f"INSERT INTO {db}.{table} (ts, device, device_kind, port, {', '.join(ROLLUP_COLUMNS)})\n"
+        f"SELECT {', '.join(outer)}\nFROM (\n    SELECT {', '.join(inner)}\n    FROM {db}.{name}\n"
+        f"    GROUP BY ts, device, device_kind, port\n)"
+    )
+
+
+def _rollups_v3(g: _Gen) -> list[str]:
+    """Replace the v1 rollups in place: detach their (cascaded) views, then for each rollup build
+    the new table beside the old one, copy the old one's history in, drop the old table, rename
+    the new one and attach its view."""
+    db, cluster = g.o.database, g.on_cluster()
+    out = [f"DROP TABLE IF EXISTS {db}.{name}_mv{cluster}" for name in ROLLUPS]
+    for name in ROLLUPS:
+        staging = f"{name}_v3"
+        out += _rollup_table(g, name, staging)
+        out.append(_backfill_from_v1(g, name, staging))
+        out.append(f"DROP TABLE IF EXISTS {g.local(name)}{cluster}")
+        if g.o.cluster:
+            out.append(f"DROP TABLE IF EXISTS {db}.{name}{cluster}")
+            out.append(f"DROP TABLE IF EXISTS {db}.{staging}{cluster}")
+        out.append(f"RENAME TABLE {g.local(staging)} TO {g.local(name)}{cluster}")
+        if g.o.cluster:
+            out.append(g.distributed(name, "cityHash64(device)"))
+        out.append(_rollup_view(g, name))
     return out
 
 
@@ -379,7 +477,7 @@ def _topology(g: _Gen) -> list[str]:
 def _v1(g: _Gen) -> list[str]:
     out = _rates_raw(g)
     for name in ROLLUPS:
-        out += _rollup(g, name)
+        out += _rollup_v1(g, name)
     return out + _device_latest(g) + _anomalies(g) + _phases(g) + _topology(g)
 
 
@@ -393,6 +491,7 @@ class Migration:
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "rates_raw, rollups 10s/1m/1h, device_latest, anomaly_events, phases, topology", _v1),
     Migration(2, "anomalies_latest: newest event per incident, backfilled", _anomalies_latest),
+    Migration(3, "rollups as plain sums, counts and maxima, each view reading raw rows", _rollups_v3),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

@@ -48,8 +48,7 @@ def totals(store: Store) -> dict[str, tuple]:
     for t in ROLLUPS:
         out[t] = tuple(
             store.query(
-                f"SELECT sum(n), count() FROM "
-                f"(SELECT countMerge(samples) AS n FROM {t} GROUP BY device, port, ts)"
+                f"SELECT sum(n), count() FROM (SELECT sum(samples) AS n FROM {t} GROUP BY device, port, ts)"
             )[0]
         )
     out["anomalies"] = tuple(store.query("SELECT count(), uniqExact(fingerprint) FROM anomaly_events")[0])
@@ -128,7 +127,7 @@ def test_the_sink_waits_out_a_server_outage_with_kafka_holding_the_backlog(broke
         assert store.query("SELECT count() FROM rates_raw")[0][0] == rows
         assert (
             store.query(
-                "SELECT sum(n) FROM (SELECT countMerge(samples) AS n FROM rates_1m GROUP BY device, port, ts)"
+                "SELECT sum(n) FROM (SELECT sum(samples) AS n FROM rates_1m GROUP BY device, port, ts)"
             )[0][0]
             == rows
         )
