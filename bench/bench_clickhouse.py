@@ -29,6 +29,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from detectors.summary import summarise
+from fabricwatch.pipeline import Pipeline
+from fabricwatch.replay import replay_trace
+from ingest.simulator import load_scenario, simulate
 from schemas.messages import PORT_RATE_COLUMNS, PortRates
 from streams.clickhouse_server import LocalClickHouse, server_binary
 from streams.clickhouse_sink import Sink, Store
@@ -37,15 +41,37 @@ PORTS = 64
 T0_NS = (time.time_ns() - 3600 * 10**9) // 10**9 * 10**9
 
 
-def messages(rows: int, seed: int = 1) -> list[PortRates]:
-    """Switch snapshots of 64 ports, one per device per second; ~5% unknown values."""
+def demo_values(seconds: int = 60) -> np.ndarray:
+    """Every port rate stage 1 publishes for ``seconds`` of the demo fabric (rows × metrics, NaN
+    where unknown): idle ports, pause and ECN counters that are mostly 0, no queues on NICs."""
+    scenario = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios" / "demo.yaml"
+    with tempfile.TemporaryDirectory(prefix="bench-demo-") as tmp:
+        trace = Path(tmp) / "demo.trace.gz"
+        simulate(load_scenario(scenario, {"duration": seconds}), trace)
+        rates: list[np.ndarray] = []
+        pipeline = Pipeline()
+        pipeline.on_frame = lambda f: rates.append(
+            summarise(f, pipeline.stage1.fabric.port_speeds_bps(f.device, f.ports))
+        )
+        replay_trace(trace, pipeline, lambda _: None)
+    return np.concatenate([np.asarray(r.values, dtype=np.float64).reshape(len(r.ports), -1) for r in rates])
+
+
+def messages(rows: int, mix: np.ndarray | None = None, seed: int = 1) -> list[PortRates]:
+    """Snapshots of 64 ports, one per device per second. Each port's values are a row drawn from
+    ``mix`` (``demo_values()``); without it, uniform random values in every metric with 5%
+    unknown: incompressible, the worst case for ClickHouse."""
     rng = np.random.default_rng(seed)
     devices = 200
     out = []
     ports = [f"Ethernet{i * 4}" for i in range(PORTS)]
+    shape = (PORTS, len(PORT_RATE_COLUMNS))
     for i in range(rows // PORTS):
-        values = rng.random((PORTS, len(PORT_RATE_COLUMNS))) * 1e9
-        values[rng.random(values.shape) < 0.05] = np.nan
+        if mix is None:
+            values = rng.random(shape) * 1e9
+            values[rng.random(values.shape) < 0.05] = np.nan
+        else:
+            values = mix[rng.integers(0, len(mix), size=PORTS)]
         out.append(
             PortRates(
                 device=f"leaf{i % devices:03d}",
@@ -186,9 +212,16 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--batches", default="20000,50000,100000,200000")
     parser.add_argument("--repeats", type=int, default=3, help="best of N alternating runs")
+    parser.add_argument(
+        "--values",
+        choices=["demo", "random"],
+        default="demo",
+        help="each metric's values as in the demo's rates (default), or uniform random in every metric",
+    )
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
-    msgs = messages(args.rows)
+    msgs = messages(args.rows, demo_values() if args.values == "demo" else None)
+    print(json.dumps({"bench": "rows", "values": args.values, "rows": len(msgs) * PORTS}), flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-clickhouse-") as tmp:
         chdb_dir = str(Path(tmp) / "chdb")
         chdb_formats(chdb_dir, msgs[: 100_000 // PORTS], Path(tmp))
