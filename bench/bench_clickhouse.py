@@ -1,17 +1,19 @@
 """Insert throughput of per-port rates into ClickHouse: our Sink beside a direct bulk insert.
 
 For each backend (chdb in process; a real ``clickhouse-server`` started here when installed) and
-each batch size, the same rows go in two ways into a fresh database with the full schema (so the
-three rollup views run in both):
+each layout (``LAYOUTS``: the current schema, schema v2 as the baseline, the raw table alone), the
+same rows go in two ways into a fresh database:
 
 * ``sink``: PortRates messages (values as lists, as decoded from Kafka) through ``Sink.add_rates``
-  and ``flush`` every ``max_rows``: everything the ``fabricwatch sink`` loop does except Kafka.
+  and ``flush`` every ``--batch`` rows: everything the ``fabricwatch sink`` loop does except Kafka.
 * ``direct``: the same rows already as columns, one insert per batch straight into the backend.
 
-The ratio is what our batching and conversion cost. A separate line compares ways to hand chdb a
-batch (Arrow through ``Python()``, a pandas DataFrame, a Parquet file), which picked Arrow.
+``sink_vs_direct`` is what our batching and conversion cost; ``v3_*_vs_this`` what the current
+schema gains over a layout, measured in the same process. A separate line compares ways to hand
+chdb a batch (Arrow through ``Python()``, a pandas DataFrame, a Parquet file), which picked Arrow.
 
-Run: ``python bench/bench_clickhouse.py [--rows N] [--batches 20000,50000,100000,200000] [--repeats 3]``.
+Run: ``python bench/bench_clickhouse.py [--rows N] [--batch 200000] [--repeats 3]
+[--layouts v3,v2,raw] [--backends chdb,server] [--values demo|random]``.
 Prints one JSON object per measurement.
 """
 
@@ -22,6 +24,7 @@ import json
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -123,44 +126,58 @@ def direct(store: Store, msgs: list[PortRates], batch: int) -> float:
     return time.perf_counter() - started
 
 
-def run_backend(
-    name: str, open_store: Any, msgs: list[PortRates], batches: list[int], views: bool, repeats: int
-) -> None:
-    """``open_store(database)`` opens a fresh database on the backend. Without ``views`` the
-    rollup and device_latest views are dropped first: what the raw table alone takes.
+LAYOUTS = {
+    "v3": "the current schema: raw rows, three rollup views, device_latest",
+    "v2": "schema v2 (before the rollups became plain columns): avg/max states, cascaded views",
+    "raw": "the current schema with every view dropped: what the raw table alone takes",
+}
 
-    Direct and sink runs alternate ``repeats`` times and the best of each is kept: this machine is
-    shared, and a burst of someone else's work would otherwise decide the ratio. Each database is
-    dropped after its run so that its background merges do not slow the next one."""
+
+def run_backend(
+    name: str, open_store: Any, msgs: list[PortRates], batch: int, layouts: list[str], repeats: int
+) -> None:
+    """``open_store(database)`` opens a fresh database on the backend, without a schema; each
+    layout (``LAYOUTS``) is built in it.
+
+    Layouts, and direct and sink runs, alternate ``repeats`` times and the best of each is kept:
+    this machine is shared, and a burst of someone else's work would otherwise decide a ratio.
+    Each database is dropped after its run so that its background merges do not slow the next."""
     rows = len(msgs) * PORTS
-    for batch in batches:
-        best = {"direct": 0.0, "sink": 0.0}
-        for rep in range(repeats):
+    best = {(layout, how): 0.0 for layout in layouts for how in ("direct", "sink")}
+    for rep in range(repeats):
+        for layout in layouts:
             for how, fn in (("direct", direct), ("sink", through_sink)):
-                db = f"bench_{how}_{batch}_{int(views)}_{rep}"
+                db = f"bench_{how}_{layout}_{rep}"
                 with open_store(db) as store:
-                    if not views:
+                    store.apply_schema(upto=2 if layout == "v2" else None)
+                    if layout == "raw":
                         for view in ("rates_10s_mv", "rates_1m_mv", "rates_1h_mv", "device_latest_mv"):
                             store.execute(f"DROP TABLE {store.table(view)}")
                     seconds = fn(store, msgs, batch)
                     stored = store.query("SELECT count() FROM rates_raw")[0][0]
                     assert stored == rows, (how, stored, rows)
-                    if views:
-                        rolled = store.query("SELECT sum(samples) FROM rates_1h")[0][0]
+                    if layout != "raw":
+                        samples = "countMerge(samples)" if layout == "v2" else "sum(samples)"
+                        rolled = store.query(f"SELECT {samples} FROM rates_1h")[0][0]
                         assert rolled == rows, (how, rolled, rows)
                     store.execute(f"DROP DATABASE {db}")
-                best[how] = max(best[how], rows / seconds)
+                best[layout, how] = max(best[layout, how], rows / seconds)
+    for layout in layouts:
+        direct_rate, sink_rate = best[layout, "direct"], best[layout, "sink"]
         result = {
             "bench": "insert",
             "backend": name,
-            "views": views,
+            "layout": layout,
             "rows": rows,
             "batch_rows": batch,
             "repeats": repeats,
-            "direct_rows_per_s": round(best["direct"]),
-            "sink_rows_per_s": round(best["sink"]),
-            "sink_vs_direct": round(best["sink"] / best["direct"], 2),
+            "direct_rows_per_s": round(direct_rate),
+            "sink_rows_per_s": round(sink_rate),
+            "sink_vs_direct": round(sink_rate / direct_rate, 2),
         }
+        if layout != "v3" and "v3" in layouts:
+            result["v3_direct_vs_this"] = round(best["v3", "direct"] / direct_rate, 2)
+            result["v3_sink_vs_this"] = round(best["v3", "sink"] / sink_rate, 2)
         print(json.dumps(result), flush=True)
 
 
@@ -210,7 +227,9 @@ def chdb_formats(target: str, msgs: list[PortRates], tmp: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--batches", default="20000,50000,100000,200000")
+    parser.add_argument("--batch", type=int, default=200_000, help="rows per insert (the sink's max_rows)")
+    parser.add_argument("--layouts", default="v3,v2,raw", help=f"comma-separated, of: {', '.join(LAYOUTS)}")
+    parser.add_argument("--backends", default="chdb,server", help="comma-separated, of: chdb, server")
     parser.add_argument("--repeats", type=int, default=3, help="best of N alternating runs")
     parser.add_argument(
         "--values",
@@ -219,14 +238,20 @@ def main() -> None:
         help="each metric's values as in the demo's rates (default), or uniform random in every metric",
     )
     args = parser.parse_args()
-    batches = [int(b) for b in args.batches.split(",")]
+    layouts = args.layouts.split(",")
+    if not set(layouts) <= LAYOUTS.keys():
+        parser.error(f"--layouts: of {', '.join(LAYOUTS)}")
+    backends = args.backends.split(",")
     msgs = messages(args.rows, demo_values() if args.values == "demo" else None)
     print(json.dumps({"bench": "rows", "values": args.values, "rows": len(msgs) * PORTS}), flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-clickhouse-") as tmp:
-        chdb_dir = str(Path(tmp) / "chdb")
-        chdb_formats(chdb_dir, msgs[: 100_000 // PORTS], Path(tmp))
-        for views in (True, False):
-            run_backend("chdb", lambda db: Store.open(chdb_dir, db), msgs, batches, views, args.repeats)
+        if "chdb" in backends:
+            chdb_dir = str(Path(tmp) / "chdb")
+            chdb_formats(chdb_dir, msgs[: 100_000 // PORTS], Path(tmp))
+            chdb_store = partial(Store.open, chdb_dir, apply_schema=False)
+            run_backend("chdb", chdb_store, msgs, args.batch, layouts, args.repeats)
+        if "server" not in backends:
+            return
         if server_binary() is None:
             print(
                 json.dumps(
@@ -242,10 +267,8 @@ def main() -> None:
                 )
             )
             version.close()
-            for views in (True, False):
-                run_backend(
-                    "server", lambda db: Store.open(server.url(db)), msgs, batches, views, args.repeats
-                )
+            server_store = lambda db: Store.open(server.url(db), apply_schema=False)  # noqa: E731
+            run_backend("server", server_store, msgs, args.batch, layouts, args.repeats)
 
 
 if __name__ == "__main__":
