@@ -4,13 +4,14 @@ For each backend (chdb in process; a real ``clickhouse-server`` started here whe
 each layout (``LAYOUTS``: the current schema, schema v2 as the baseline, the raw table alone), the
 same rows go in two ways into a fresh database:
 
-* ``sink``: PortRates messages (values as lists, as decoded from Kafka) through ``Sink.add_rates``
-  and ``flush`` every ``--batch`` rows: everything the ``fabricwatch sink`` loop does except Kafka.
+* ``sink``: PortRates messages as Kafka records' bytes, decoded, through ``Sink.add_rates`` and
+  ``flush`` every ``--batch`` rows: everything the ``fabricwatch sink`` loop does except Kafka.
 * ``direct``: the same rows already as columns, one insert per batch straight into the backend.
 
 ``sink_vs_direct`` is what our batching and conversion cost; ``v3_*_vs_this`` what the current
 schema gains over a layout, measured in the same process. A separate line compares ways to hand
-chdb a batch (Arrow through ``Python()``, a pandas DataFrame, a Parquet file), which picked Arrow.
+chdb a batch (Arrow through ``Python()``, a pandas DataFrame, a Parquet file), which picked Arrow;
+another what decoding a record costs with either encoding of ``PortRates.values``.
 
 Run: ``python bench/bench_clickhouse.py [--rows N] [--batch 200000] [--repeats 3]
 [--layouts v3,v2,raw] [--backends chdb,server] [--values demo|random]``.
@@ -36,7 +37,7 @@ from detectors.summary import summarise
 from fabricwatch.pipeline import Pipeline
 from fabricwatch.replay import replay_trace
 from ingest.simulator import load_scenario, simulate
-from schemas.messages import PORT_RATE_COLUMNS, PortRates
+from schemas.messages import PORT_RATE_COLUMNS, PortRates, decode, encode
 from streams.clickhouse_server import LocalClickHouse, server_binary
 from streams.clickhouse_sink import Sink, Store
 
@@ -57,7 +58,7 @@ def demo_values(seconds: int = 60) -> np.ndarray:
             summarise(f, pipeline.stage1.fabric.port_speeds_bps(f.device, f.ports))
         )
         replay_trace(trace, pipeline, lambda _: None)
-    return np.concatenate([np.asarray(r.values, dtype=np.float64).reshape(len(r.ports), -1) for r in rates])
+    return np.concatenate([r.matrix() for r in rates])
 
 
 def messages(rows: int, mix: np.ndarray | None = None, seed: int = 1) -> list[PortRates]:
@@ -75,24 +76,38 @@ def messages(rows: int, mix: np.ndarray | None = None, seed: int = 1) -> list[Po
             values[rng.random(values.shape) < 0.05] = np.nan
         else:
             values = mix[rng.integers(0, len(mix), size=PORTS)]
-        out.append(
-            PortRates(
-                device=f"leaf{i % devices:03d}",
-                device_kind="switch",
-                ts_ns=T0_NS + (i // devices) * 10**9,
-                dt_s=1.0,
-                ports=ports,
-                columns=list(PORT_RATE_COLUMNS),
-                values=[[None if np.isnan(v) else v for v in row] for row in values.tolist()],
-            )
-        )
+        device, ts_ns = f"leaf{i % devices:03d}", T0_NS + (i // devices) * 10**9
+        out.append(PortRates.of(device, "switch", ts_ns, 1.0, ports, list(PORT_RATE_COLUMNS), values))
     return out
+
+
+def as_rows_of_numbers(msg: PortRates) -> PortRates:
+    """The same message as earlier builds sent it: rows of JSON numbers, ``None`` for unknown."""
+    rows = [[None if np.isnan(v) else v for v in row] for row in msg.matrix().tolist()]
+    return PortRates(msg.device, msg.device_kind, msg.ts_ns, msg.dt_s, msg.ports, msg.columns, rows)
+
+
+def wire_formats(msgs: list[PortRates]) -> None:
+    """What a sink pays per row to turn a Kafka record into a numpy matrix, for both encodings of
+    ``PortRates.values``, in the same process."""
+    out: dict[str, Any] = {"bench": "rates_decode", "rows": len(msgs) * PORTS}
+    for label, wire in (
+        ("bytes", [encode(m) for m in msgs]),
+        ("rows_of_numbers", [encode(as_rows_of_numbers(m)) for m in msgs]),
+    ):
+        started = time.perf_counter()
+        for data in wire:
+            decode(data, PortRates).matrix()
+        out[f"{label}_rows_per_s"] = round(len(msgs) * PORTS / (time.perf_counter() - started))
+        out[f"{label}_bytes_per_row"] = round(sum(map(len, wire)) / (len(msgs) * PORTS), 1)
+    out["bytes_vs_rows_of_numbers"] = round(out["bytes_rows_per_s"] / out["rows_of_numbers_rows_per_s"], 1)
+    print(json.dumps(out), flush=True)
 
 
 def as_columns(msgs: list[PortRates]) -> dict[str, Any]:
     n = len(msgs) * PORTS
     ts = np.repeat(np.array([m.ts_ns for m in msgs], dtype=np.uint64), PORTS)
-    values = np.array([m.values for m in msgs], dtype=np.float64).reshape(n, len(PORT_RATE_COLUMNS))
+    values = np.concatenate([m.matrix() for m in msgs])
     cols: dict[str, Any] = {
         "ts": ts.astype("datetime64[ns]"),
         "ts_ns": ts,
@@ -107,10 +122,12 @@ def as_columns(msgs: list[PortRates]) -> dict[str, Any]:
 
 
 def through_sink(store: Store, msgs: list[PortRates], batch: int) -> float:
+    """From the Kafka records' bytes: decoded, buffered, inserted."""
+    wire = [encode(m) for m in msgs]
     started = time.perf_counter()
     sink = Sink(store, max_rows=batch, max_delay_s=3600)
-    for m in msgs:
-        sink.add_rates(m)
+    for data in wire:
+        sink.add_rates(decode(data, PortRates))
         if sink.pending_rows >= batch:
             sink.flush()
     sink.flush()
@@ -244,6 +261,7 @@ def main() -> None:
     backends = args.backends.split(",")
     msgs = messages(args.rows, demo_values() if args.values == "demo" else None)
     print(json.dumps({"bench": "rows", "values": args.values, "rows": len(msgs) * PORTS}), flush=True)
+    wire_formats(msgs[: 200_000 // PORTS])
     with tempfile.TemporaryDirectory(prefix="bench-clickhouse-") as tmp:
         if "chdb" in backends:
             chdb_dir = str(Path(tmp) / "chdb")

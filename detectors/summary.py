@@ -107,13 +107,13 @@ def project(frame: RateFrame, line_bytes_ps: np.ndarray | None = None) -> np.nda
 
 
 def summarise(frame: RateFrame, line_bytes_ps: np.ndarray | None = None) -> PortRates:
-    """The storage message of one frame (NaN travels as ``None`` on the wire)."""
-    return PortRates(
-        device=frame.device,
-        device_kind=frame.device_kind,  # type: ignore[arg-type]
-        ts_ns=frame.ts_ns,
-        dt_s=frame.dt_s,
-        ports=list(frame.ports),
-        columns=list(PORT_RATE_COLUMNS),
-        values=project(frame, line_bytes_ps).tolist(),
+    """The storage message of one frame."""
+    return PortRates.of(
+        frame.device,
+        frame.device_kind,  # type: ignore[arg-type]
+        frame.ts_ns,
+        frame.dt_s,
+        list(frame.ports),
+        list(PORT_RATE_COLUMNS),
+        project(frame, line_bytes_ps),
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import msgspec
+import numpy as np
 
 SCHEMA_VERSION = 1
 
@@ -243,8 +244,12 @@ PORT_RATE_COLUMNS: tuple[str, ...] = (
 class PortRates(msgspec.Struct, tag="rates", tag_field="type", omit_defaults=True):
     """A fixed per-port projection of one device's rates (``detectors.summary.summarise``), for storage.
 
-    Columnar like a snapshot. ``None`` is an unknown value (the device does not report the counter,
-    or the rate was impossible); JSON has no NaN, so ``None`` is also how a NaN travels.
+    Columnar like a snapshot, the ports x columns matrix as raw little-endian float64 bytes (base64
+    in JSON), NaN where a value is unknown (the device does not report the counter, or the rate was
+    impossible). Rows of JSON numbers cost the worker and the sink ~1 µs per value to write and
+    parse, and made a sink reading Kafka slower than ClickHouse could store; the bytes go to and
+    from numpy without a Python float each (``bench/bench_clickhouse.py`` measures both).
+    ``values`` as rows of numbers (``None``: unknown) is still read: what earlier builds sent.
     """
 
     device: str
@@ -253,11 +258,43 @@ class PortRates(msgspec.Struct, tag="rates", tag_field="type", omit_defaults=Tru
     dt_s: float
     ports: list[str]
     columns: list[str]
-    values: list[list[float | None]]
+    values: bytes | list[list[float | None]]
     v: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
-        _check_matrix(self.ts_ns, self.ports, self.values, len(self.columns), "columns")
+        if isinstance(self.values, bytes):
+            want = 8 * len(self.ports) * len(self.columns)
+            if len(self.values) != want:
+                raise ValueError(
+                    f"values has {len(self.values)} bytes but {len(self.ports)} ports x "
+                    f"{len(self.columns)} columns of float64 take {want}"
+                )
+            _check_stamp(self.ts_ns)
+        else:
+            _check_matrix(self.ts_ns, self.ports, self.values, len(self.columns), "columns")
+
+    @classmethod
+    def of(
+        cls,
+        device: str,
+        device_kind: DeviceKind,
+        ts_ns: int,
+        dt_s: float,
+        ports: list[str],
+        columns: list[str],
+        matrix: Any,
+    ) -> PortRates:
+        """From a ports x columns float array (NaN: unknown)."""
+        data = np.ascontiguousarray(matrix, dtype="<f8").tobytes()
+        return cls(device, device_kind, ts_ns, dt_s, ports, columns, data)
+
+    def matrix(self) -> np.ndarray:
+        """The values as a ports x columns float64 array, NaN where unknown (read-only when it is a
+        view of the message's bytes)."""
+        shape = (len(self.ports), len(self.columns))
+        if isinstance(self.values, bytes):
+            return np.frombuffer(self.values, dtype="<f8").reshape(shape)
+        return np.asarray(self.values, dtype=np.float64).reshape(shape)
 
 
 class Label(msgspec.Struct, tag="label", tag_field="type", omit_defaults=True):
@@ -276,10 +313,14 @@ class Label(msgspec.Struct, tag="label", tag_field="type", omit_defaults=True):
             raise ValueError("end_ns is before start_ns")
 
 
-def _check_matrix(ts_ns: int, ports: list[str], values: list[list], ncols: int, cols: str) -> None:
-    """A ports x columns matrix message (snapshot, rates) is whole and stamped, or it is refused."""
+def _check_stamp(ts_ns: int) -> None:
     if ts_ns <= 0:
         raise ValueError("ts_ns must be a positive integer of nanoseconds since the epoch")
+
+
+def _check_matrix(ts_ns: int, ports: list[str], values: list[list], ncols: int, cols: str) -> None:
+    """A ports x columns matrix message (snapshot, rates) is whole and stamped, or it is refused."""
+    _check_stamp(ts_ns)
     if len(values) != len(ports):
         raise ValueError(f"values has {len(values)} rows but there are {len(ports)} ports")
     for i, row in enumerate(values):

@@ -201,9 +201,7 @@ class Sink:
             self.add_topology(msg)
 
     def add_rates(self, msg: PortRates) -> None:
-        """Converted here, not at flush: a batch of rows as Python floats would take 4x the memory
-        of the arrays, for a flush only ~15% faster."""
-        values = np.asarray(msg.values, dtype=np.float64).reshape(len(msg.ports), len(msg.columns))
+        values = msg.matrix()
         if tuple(msg.columns) != PORT_RATE_COLUMNS:
             values = self._to_standard_columns(msg.columns, values)
         self._rates.messages.append((msg.device, msg.device_kind, msg.ts_ns, msg.dt_s, msg.ports, values))

@@ -157,5 +157,5 @@ def test_stage1_publishes_rates_with_utilisation_against_the_topology_line_rates
     rates = [decode(k.value, PortRates) for k in out.rates]
     assert rates and all(k.key.decode() == r.device for k, r in zip(out.rates, rates, strict=True))
     nic = next(r for r in rates if r.device_kind == "nic")
-    util = nic.values[0][nic.columns.index("tx_util")]
-    assert util is not None and 0 <= util <= 1.05
+    util = nic.matrix()[0, nic.columns.index("tx_util")]
+    assert 0 <= util <= 1.05

@@ -10,7 +10,7 @@ import pytest
 from detectors.rates import Layout, RateEngine, RateFrame
 from detectors.summary import project, summarise
 from ingest.simulator import load_scenario, simulate
-from schemas.messages import PORT_RATE_COLUMNS, CounterSpec, PortRates, Snapshot, decode, encode
+from schemas.messages import PORT_RATE_COLUMNS, CounterSpec, DecodeError, PortRates, Snapshot, decode, encode
 from schemas.trace import TraceReader
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios"
@@ -87,19 +87,34 @@ def test_nic_counters_map_to_the_same_columns():
     assert out[COL["discards_pps"]] == 9
 
 
-def test_message_round_trips_with_unknowns_as_null():
+def test_message_round_trips_with_unknowns_as_nan():
     msg = summarise(frame(SWITCH[:2], [[1e9, np.nan]]))
     wire = encode(msg)
-    assert b"NaN" not in wire and b"null" in wire
     back = decode(wire, PortRates)
     assert back.columns == list(PORT_RATE_COLUMNS)
-    assert back.values[0][COL["tx_bps"]] == 8e9 and back.values[0][COL["rx_bps"]] is None
+    got = back.matrix()
+    assert got.shape == (1, len(PORT_RATE_COLUMNS))
+    assert got[0, COL["tx_bps"]] == 8e9 and np.isnan(got[0, COL["rx_bps"]])
     assert decode(wire).device == "leaf0"  # in the Message union too
+
+
+def test_rows_of_numbers_from_an_earlier_build_are_still_read():
+    wire = (
+        b'{"type":"rates","device":"d","device_kind":"nic","ts_ns":1,"dt_s":1.0,"ports":["p","q"],'
+        b'"columns":["tx_bps","rx_bps"],"values":[[1.5,null],[2.0,3.0]]}'
+    )
+    got = decode(wire, PortRates).matrix()
+    assert got[0, 0] == 1.5 and np.isnan(got[0, 1]) and got[1].tolist() == [2.0, 3.0]
 
 
 def test_ragged_message_is_a_clear_error():
     with pytest.raises(ValueError, match="values\\[0\\] has 1 entries but there are 2 columns"):
         PortRates("d", "nic", 1, 1.0, ["p"], ["tx_bps", "rx_bps"], [[1.0]])
+    with pytest.raises(ValueError, match="values has 8 bytes but 1 ports x 2 columns of float64 take 16"):
+        PortRates("d", "nic", 1, 1.0, ["p"], ["tx_bps", "rx_bps"], b"\0" * 8)
+    short = b'{"type":"rates","device":"d","device_kind":"nic","ts_ns":1,"dt_s":1.0,"ports":["p"],'
+    with pytest.raises(DecodeError, match="16"):
+        decode(short + b'"columns":["a","b"],"values":"AAAAAAAAAAA="}', PortRates)
 
 
 def test_every_frame_of_a_simulated_fabric(tmp_path):
