@@ -18,6 +18,7 @@ from fabricwatch import console, run, worker
 from fabricwatch.pipeline import Pipeline
 from fabricwatch.replay import replay_trace
 from schemas import topics
+from schemas.clickhouse import ROLLUPS
 from schemas.messages import Anomaly, encode
 from schemas.trace import TraceFormatError, TraceWriter
 from streams.clickhouse_backend import StoreError
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--ports", type=int, default=8, help="how many per-port timelines to draw")
     rp.add_argument(
         "--resolution",
-        choices=["rates_raw", "rates_10s", "rates_1m", "rates_1h"],
+        choices=["rates_raw", *ROLLUPS],
         default=None,
         help="table to draw from (default: the finest with rates in the range)",
     )
