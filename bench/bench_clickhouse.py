@@ -37,6 +37,7 @@ from detectors.summary import summarise
 from fabricwatch.pipeline import Pipeline
 from fabricwatch.replay import replay_trace
 from ingest.simulator import load_scenario, simulate
+from schemas.clickhouse import ROLLUPS
 from schemas.messages import PORT_RATE_COLUMNS, PortRates, decode, encode
 from streams.clickhouse_server import LocalClickHouse, server_binary
 from streams.clickhouse_sink import Sink, Store
@@ -82,8 +83,8 @@ def messages(rows: int, mix: np.ndarray | None = None, seed: int = 1) -> list[Po
 
 
 def as_rows_of_numbers(msg: PortRates) -> PortRates:
-    """The same message as earlier builds sent it: rows of JSON numbers, ``None`` for unknown."""
-    rows = [[None if np.isnan(v) else v for v in row] for row in msg.matrix().tolist()]
+    """The same message as earlier builds sent it: rows of JSON numbers (a NaN is written as null)."""
+    rows = msg.matrix().tolist()
     return PortRates(msg.device, msg.device_kind, msg.ts_ns, msg.dt_s, msg.ports, msg.columns, rows)
 
 
@@ -168,7 +169,7 @@ def run_backend(
                 with open_store(db) as store:
                     store.apply_schema(upto=2 if layout == "v2" else None)
                     if layout == "raw":
-                        for view in ("rates_10s_mv", "rates_1m_mv", "rates_1h_mv", "device_latest_mv"):
+                        for view in [*(f"{name}_mv" for name in ROLLUPS), "device_latest_mv"]:
                             store.execute(f"DROP TABLE {store.table(view)}")
                     seconds = fn(store, msgs, batch)
                     stored = store.query("SELECT count() FROM rates_raw")[0][0]
