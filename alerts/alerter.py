@@ -26,12 +26,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from alerts.config import AlertsConfig
-from alerts.matchers import labels_string
-from alerts.payload import Alert, Notification, anomaly_alert, idempotency_key
-from alerts.routing import Route, RouteOpts
-from alerts.silences import Silence
-from schemas.messages import Anomaly
+from fabricwatch.alerts.config import AlertsConfig
+from fabricwatch.alerts.matchers import labels_string
+from fabricwatch.alerts.payload import Alert, Notification, anomaly_alert, idempotency_key
+from fabricwatch.alerts.routing import Route, RouteOpts
+from fabricwatch.alerts.silences import Silence
+from fabricwatch.schemas.messages import Anomaly
 
 FiringKey = tuple[str, tuple[tuple[str, str], ...]]
 

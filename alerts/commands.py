@@ -11,12 +11,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from alerts.config import AlertsConfig, load_alerts_config, parse_duration, parse_silences
-from alerts.delivery import stats_json
-from alerts.service import AlertService
-from detectors.config import ConfigError
-from schemas.messages import Anomaly
-from streams.kafka_io import BrokerSettings
+from fabricwatch.alerts.config import AlertsConfig, load_alerts_config, parse_duration
+from fabricwatch.alerts.delivery import stats_json
+from fabricwatch.alerts.service import AlertService
+from fabricwatch.alerts.silences import parse_silences, read_silence_items
+from fabricwatch.schemas.config import ConfigError
+from fabricwatch.schemas.messages import Anomaly
+from fabricwatch.streams.kafka_io import BrokerSettings
 
 
 class ReplayAlerts:
@@ -59,7 +60,7 @@ class ReplayAlerts:
 
 def run_alert(settings: BrokerSettings, config_path: Path, group_id: str, out: TextIO) -> int:
     """``fabricwatch alert``: consume until SIGINT/SIGTERM, then drain and commit."""
-    from alerts.consumer import run_consumer
+    from fabricwatch.alerts.consumer import run_consumer
 
     config = load_alerts_config(config_path)
     stop = threading.Event()
@@ -96,11 +97,7 @@ def add_silence(
         "created_by": author,
     }
     parse_silences([entry], "--matcher")
-    doc = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else None
-    items = (doc.get("silences") if isinstance(doc, dict) else doc) or []
-    if not isinstance(items, list):
-        raise ConfigError(f"{path}: expected a list of silences")
-    live = [s for s in items if _ends(s) > now]
+    live = [s for s in read_silence_items(path) if _ends(s) > now]
     live.append(entry)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(yaml.safe_dump({"silences": live}, sort_keys=False), encoding="utf-8")

@@ -11,18 +11,16 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
-
-from alerts.matchers import Matcher, parse_matcher
-from alerts.payload import check_url_template
-from alerts.routing import Route, RouteOpts, child_key
-from alerts.silences import InhibitRule, Silence, to_epoch
-from detectors.config import ConfigError
-from schemas.messages import AnomalyKind
+from fabricwatch.alerts.matchers import parse_matchers
+from fabricwatch.alerts.payload import check_url_template
+from fabricwatch.alerts.routing import Route, RouteOpts, child_key
+from fabricwatch.alerts.silences import InhibitRule, Silence, SilenceSpec, parse_silences
+from fabricwatch.schemas.config import ConfigError, ConfigFile, convert
+from fabricwatch.schemas.messages import AnomalyKind
 
 Duration = str | float | int
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -69,14 +67,6 @@ class InhibitSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     source_matchers: list[str]
     target_matchers: list[str]
     equal: list[str] = msgspec.field(default_factory=list)
-
-
-class SilenceSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    matchers: list[str]
-    ends_at: datetime | float
-    starts_at: datetime | float = 0.0
-    comment: str = ""
-    created_by: str = ""
 
 
 class AlertsSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -155,16 +145,11 @@ class AlertsConfig:
 
 
 def load_alerts_config(path: str | Path, environ: dict[str, str] | None = None) -> AlertsConfig:
-    """Read the ``alerts:`` section of a YAML config file (the same file as ``detectors:``)."""
-    import yaml
-
-    try:
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("alerts"), dict):
-        raise ConfigError(f"{path}: no alerts: section (a mapping with receivers: and route:)")
-    return parse_alerts(doc["alerts"], str(path), environ)
+    """Read the ``alerts:`` section of a config file (the same file as ``detectors:``)."""
+    section = ConfigFile(path).raw("alerts")
+    if not isinstance(section, dict):
+        raise ConfigError("no alerts: section (a mapping with receivers: and route:)", path)
+    return parse_alerts(section, str(path), environ)
 
 
 def parse_alerts(
@@ -172,10 +157,7 @@ def parse_alerts(
 ) -> AlertsConfig:
     """Check and compile an ``alerts:`` mapping; errors name the key path and the problem."""
     environ = dict(os.environ) if environ is None else environ
-    try:
-        spec = msgspec.convert(section, AlertsSpec)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"{where}: {_path(exc, 'alerts')}") from None
+    spec = convert(section, AlertsSpec, where, "alerts")
     receivers: dict[str, ReceiverConfig] = {}
     for i, r in enumerate(spec.receivers):
         key = f"alerts.receivers[{i}]"
@@ -221,23 +203,6 @@ def parse_duration(value: Duration, key: str = "duration") -> float:
     if not parts or "".join(n + u for n, u in parts) != text:
         raise ValueError(f"{key}: {value!r} is not a duration (e.g. 500ms, 30s, 5m, 4h, 1h30m)")
     return sum(float(n) * _UNITS[u] for n, u in parts)
-
-
-def parse_silences(items: list[Any], where: str, key: str = "silences") -> list[Silence]:
-    """Silences from plain mappings (the config's list or a silences file)."""
-    out = []
-    for i, item in enumerate(items):
-        try:
-            spec = msgspec.convert(item, SilenceSpec, strict=False)
-        except msgspec.ValidationError as exc:
-            raise ConfigError(f"{where}: {_path(exc, f'{key}[{i}]')}") from None
-        matchers = _matchers(spec.matchers, f"{key}[{i}].matchers", where)
-        if not matchers:
-            raise ConfigError(f"{where}: {key}[{i}].matchers: a silence needs at least one matcher")
-        out.append(
-            Silence(matchers, to_epoch(spec.ends_at), to_epoch(spec.starts_at), spec.comment, spec.created_by)
-        )
-    return out
 
 
 def _receiver(r: ReceiverSpec, key: str, where: str, environ: dict[str, str]) -> ReceiverConfig:
@@ -319,7 +284,7 @@ def _route(
         raise ConfigError(f"{where}: {exc}") from None
     if opts.group_interval <= 0 or opts.repeat_interval <= 0:
         raise ConfigError(f"{where}: {key}: group_interval and repeat_interval must be positive")
-    matchers = _matchers(spec.matchers, f"{key}.matchers", where)
+    matchers = parse_matchers(spec.matchers, f"{key}.matchers", where)
     own_key = parent_key if root else child_key(parent_key, matchers)
     children = [
         _route(child, opts, f"{key}.routes[{i}]", own_key, where, receivers)
@@ -333,27 +298,8 @@ def _timer(value: Duration | None, inherited: float, key: str) -> float:
 
 
 def _inhibit(spec: InhibitSpec, key: str, where: str) -> InhibitRule:
-    source = _matchers(spec.source_matchers, f"{key}.source_matchers", where)
-    target = _matchers(spec.target_matchers, f"{key}.target_matchers", where)
+    source = parse_matchers(spec.source_matchers, f"{key}.source_matchers", where)
+    target = parse_matchers(spec.target_matchers, f"{key}.target_matchers", where)
     if not source or not target:
         raise ConfigError(f"{where}: {key}: source_matchers and target_matchers must not be empty")
     return InhibitRule(source, target, tuple(spec.equal))
-
-
-def _matchers(texts: list[str], key: str, where: str) -> tuple[Matcher, ...]:
-    out = []
-    for i, text in enumerate(texts):
-        try:
-            out.append(parse_matcher(text))
-        except ValueError as exc:
-            raise ConfigError(f"{where}: {key}[{i}]: {exc}") from None
-    return tuple(out)
-
-
-def _path(exc: msgspec.ValidationError, prefix: str) -> str:
-    """msgspec says ``... - at `$.route.group_by```; say ``alerts.route.group_by: ...`` instead."""
-    text = str(exc)
-    message, _, at = text.rpartition(" - at `$")
-    if not message:
-        return f"{prefix}: {text}"
-    return f"{prefix}{at.rstrip('`')}: {message}"

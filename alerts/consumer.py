@@ -16,12 +16,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from alerts.config import AlertsConfig
-from alerts.delivery import GiveUpLog, stats_json
-from alerts.service import AlertService
-from schemas import topics
-from schemas.messages import Anomaly, DecodeError, decode
-from streams.kafka_io import BrokerSettings
+from fabricwatch.alerts.config import AlertsConfig
+from fabricwatch.alerts.delivery import GiveUpLog, stats_json
+from fabricwatch.alerts.service import AlertService
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import Anomaly, DecodeError, decode
+from fabricwatch.streams.kafka_io import BrokerSettings
 
 log = logging.getLogger("fabricwatch.alerts")
 
@@ -92,7 +92,7 @@ def run_consumer(
 
     publisher = None
     if config.give_up_topic:
-        from streams.kafka_io import Publisher, ensure_topics
+        from fabricwatch.streams.kafka_io import Publisher, ensure_topics
 
         ensure_topics(settings, [config.give_up_topic])
         publisher = Publisher(settings, linger_ms=0)

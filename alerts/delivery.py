@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import requests
-
-from alerts.config import ReceiverConfig
-from alerts.payload import Notification, encode_body
-from alerts.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from fabricwatch.alerts.config import ReceiverConfig
+from fabricwatch.alerts.payload import Notification, encode_body
+from fabricwatch.alerts.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
 log = logging.getLogger("fabricwatch.alerts")
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from fabricwatch.schemas.config import ConfigError
+
 _MATCHER = re.compile(r'^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*(?:"((?:[^"\\]|\\.)*)"|([^"]*?))\s*$')
 _OPS = ("=", "!=", "=~", "!~")
 
@@ -69,3 +71,14 @@ def labels_string(labels: dict[str, str]) -> str:
 
 def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def parse_matchers(texts: list[str], key: str, where: str) -> tuple[Matcher, ...]:
+    """Matchers of a config list; an error names the file (``where``) and the item's key."""
+    out = []
+    for i, text in enumerate(texts):
+        try:
+            out.append(parse_matcher(text))
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {key}[{i}]: {exc}") from None
+    return tuple(out)

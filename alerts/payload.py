@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from schemas.messages import Anomaly
+from fabricwatch.schemas.messages import Anomaly
 
 ZERO_TIME = "0001-01-01T00:00:00Z"
 _COLORS = {"firing": "#d63232", "resolved": "#2eb67d"}

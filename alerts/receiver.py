@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from alerts.delivery import ATTEMPT_HEADER, IDEMPOTENCY_HEADER
-from alerts.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from fabricwatch.alerts.delivery import ATTEMPT_HEADER, IDEMPOTENCY_HEADER
+from fabricwatch.alerts.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 
 
 class _Server(ThreadingHTTPServer):

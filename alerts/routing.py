@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from alerts.matchers import Matcher, matchers_string, matches_all
+from fabricwatch.alerts.matchers import Matcher, matchers_string, matches_all
 
 GROUP_BY_ALL = "..."
 

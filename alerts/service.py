@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from alerts.alerter import Alerter, Step
-from alerts.config import AlertsConfig
-from alerts.delivery import GiveUpLog, Outcome, ReceiverQueue
-from alerts.silences import SilenceFile
-from schemas.messages import Anomaly
+from fabricwatch.alerts.alerter import Alerter, Step
+from fabricwatch.alerts.config import AlertsConfig
+from fabricwatch.alerts.delivery import GiveUpLog, Outcome, ReceiverQueue
+from fabricwatch.alerts.silences import SilenceFile
+from fabricwatch.schemas.messages import Anomaly
 
 
 class AlertService:

@@ -10,8 +10,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from alerts.matchers import Matcher, matches_all
+import msgspec
+from fabricwatch.alerts.matchers import Matcher, matches_all, parse_matchers
+from fabricwatch.schemas.config import ConfigError, convert, read_yaml
 
 log = logging.getLogger("fabricwatch.alerts")
 
@@ -60,27 +63,53 @@ class SilenceFile:
         self._silences: list[Silence] = []
 
     def current(self) -> list[Silence]:
-        from alerts.config import parse_silences
-
         try:
             mtime = os.stat(self.path).st_mtime_ns
         except FileNotFoundError:
             self._mtime, self._silences = None, []
             return []
         if mtime != self._mtime:
-            import yaml
-
-            from detectors.config import ConfigError
-
             self._mtime = mtime
             try:
-                doc = yaml.safe_load(self.path.read_text(encoding="utf-8")) or []
-                items = doc.get("silences", []) if isinstance(doc, dict) else doc
-                self._silences = parse_silences(items, str(self.path))
-            except (OSError, yaml.YAMLError, ConfigError, AttributeError) as exc:
+                self._silences = parse_silences(read_silence_items(self.path), str(self.path))
+            except ConfigError as exc:
                 # A half-edited file must not stop alerting: keep the silences read before.
                 log.warning("%s: keeping the previous %d silences: %s", self.path, len(self._silences), exc)
         return self._silences
+
+
+class SilenceSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    matchers: list[str]
+    ends_at: datetime | float
+    starts_at: datetime | float = 0.0
+    comment: str = ""
+    created_by: str = ""
+
+
+def read_silence_items(path: Path) -> list[Any]:
+    """The plain items of a silences file (a list, or a mapping with a ``silences:`` list); a
+    missing file has none."""
+    if not path.exists():
+        return []
+    doc = read_yaml(path)
+    items = (doc.get("silences") if isinstance(doc, dict) else doc) or []
+    if not isinstance(items, list):
+        raise ConfigError("expected a list of silences", path)
+    return items
+
+
+def parse_silences(items: list[Any], where: str, key: str = "silences") -> list[Silence]:
+    """Silences from plain mappings (the config's list or a silences file)."""
+    out = []
+    for i, item in enumerate(items):
+        spec = convert(item, SilenceSpec, where, f"{key}[{i}]", strict=False)
+        matchers = parse_matchers(spec.matchers, f"{key}[{i}].matchers", where)
+        if not matchers:
+            raise ConfigError(f"{where}: {key}[{i}].matchers: a silence needs at least one matcher")
+        out.append(
+            Silence(matchers, to_epoch(spec.ends_at), to_epoch(spec.starts_at), spec.comment, spec.created_by)
+        )
+    return out
 
 
 def to_epoch(value: datetime | str | float | int) -> float:

@@ -23,15 +23,15 @@ import threading
 import time
 from typing import Any
 
-from alerts.config import AlertsConfig, parse_alerts
-from schemas.messages import Anomaly, RootCause
+from fabricwatch.alerts.config import AlertsConfig, parse_alerts
+from fabricwatch.schemas.messages import Anomaly, RootCause
 
 TARGET_P99_MS = 200.0
 
 
 def receiver_process(conn: Any) -> None:
     """Serve until told to stop, then send back (fingerprint, arrival time) of every alert."""
-    from alerts.receiver import WebhookReceiver
+    from fabricwatch.alerts.receiver import WebhookReceiver
 
     with WebhookReceiver() as rx:
         conn.send(rx.url)
@@ -75,7 +75,7 @@ def paced(rate: float, seconds: float, send: Any) -> dict[str, float]:
 
 
 def run_in_process(config: AlertsConfig, rate: float, seconds: float) -> tuple[dict[str, float], Any]:
-    from alerts.service import AlertService
+    from fabricwatch.alerts.service import AlertService
 
     service = AlertService(config)
     scheduled = paced(rate, seconds, lambda i, at: service.ingest(anomaly(i, int(at * 1e9))))
@@ -88,9 +88,9 @@ def run_in_process(config: AlertsConfig, rate: float, seconds: float) -> tuple[d
 def producer_process(bootstrap: str, rate: float, seconds: float, conn: Any) -> None:
     """Publish anomalies keyed by fingerprint at ``rate``, as the detection pipeline would, from a
     process of its own; send back when each was scheduled."""
-    from schemas import topics
-    from schemas.messages import encode
-    from streams.kafka_io import BrokerSettings, Publisher
+    from fabricwatch.schemas import topics
+    from fabricwatch.schemas.messages import encode
+    from fabricwatch.streams.kafka_io import BrokerSettings, Publisher
 
     publisher = Publisher(BrokerSettings(bootstrap=bootstrap), linger_ms=1, compression=None)
 
@@ -105,10 +105,10 @@ def producer_process(bootstrap: str, rate: float, seconds: float, conn: Any) -> 
 
 
 def run_broker(config: AlertsConfig, rate: float, seconds: float) -> tuple[dict[str, float], Any]:
-    from alerts.consumer import run_consumer
-    from schemas import topics
-    from streams.broker import EmbeddedBroker
-    from streams.kafka_io import BrokerSettings, ensure_topics
+    from fabricwatch.alerts.consumer import run_consumer
+    from fabricwatch.local.broker import EmbeddedBroker
+    from fabricwatch.schemas import topics
+    from fabricwatch.streams.kafka_io import BrokerSettings, ensure_topics
 
     with EmbeddedBroker() as broker:
         settings = BrokerSettings(bootstrap=broker.bootstrap)

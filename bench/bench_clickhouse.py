@@ -33,14 +33,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from detectors.summary import summarise
-from fabricwatch.pipeline import Pipeline
+from fabricwatch.detectors.pipeline import Pipeline
+from fabricwatch.detectors.summary import summarise
+from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.local.clickhouse_server import LocalClickHouse, server_binary
+from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, PortRates, decode, encode
+from fabricwatch.storage.schema import ROLLUPS
+from fabricwatch.storage.sink import Sink, Store
+
 from fabricwatch.replay import replay_trace
-from ingest.simulator import load_scenario, simulate
-from schemas.clickhouse import ROLLUPS
-from schemas.messages import PORT_RATE_COLUMNS, PortRates, decode, encode
-from streams.clickhouse_server import LocalClickHouse, server_binary
-from streams.clickhouse_sink import Sink, Store
 
 PORTS = 64
 T0_NS = (time.time_ns() - 3600 * 10**9) // 10**9 * 10**9
@@ -49,7 +50,7 @@ T0_NS = (time.time_ns() - 3600 * 10**9) // 10**9 * 10**9
 def demo_values(seconds: int = 60) -> np.ndarray:
     """Every port rate stage 1 publishes for ``seconds`` of the demo fabric (rows × metrics, NaN
     where unknown): idle ports, pause and ECN counters that are mostly 0, no queues on NICs."""
-    scenario = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios" / "demo.yaml"
+    scenario = Path(__file__).resolve().parent.parent / "scenarios" / "demo.yaml"
     with tempfile.TemporaryDirectory(prefix="bench-demo-") as tmp:
         trace = Path(tmp) / "demo.trace.gz"
         simulate(load_scenario(scenario, {"duration": seconds}), trace)

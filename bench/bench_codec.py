@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-
-from schemas import topics, vocabulary
-from schemas.messages import CounterSpec, Snapshot, decode, encode
-from schemas.trace import TraceReader, TraceWriter
+from fabricwatch.schemas import topics, vocabulary
+from fabricwatch.schemas.messages import CounterSpec, Snapshot, decode, encode
+from fabricwatch.schemas.trace import TraceReader, TraceWriter
 
 SWITCH_PORTS = 64
 PRIORITIES = (3, 4)

@@ -22,12 +22,12 @@ import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
-from detectors.config import DetectorConfig
-from fabricwatch.pipeline import Pipeline
-from ingest.simulator import load_scenario, simulate
-from schemas.trace import TraceReader
+from fabricwatch.detectors.config import DetectorConfig
+from fabricwatch.detectors.pipeline import Pipeline
+from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.schemas.trace import TraceReader
 
-SCENARIOS = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 CHUNK = 20_000
 
 
@@ -46,7 +46,7 @@ def chunks(trace: Path) -> Iterator[list[tuple[str, int, bytes]]]:
 def new_pipeline(model: Path | None) -> Pipeline:
     if model is None:
         return Pipeline()
-    from detectors.outliers import OutlierDetector, OutlierModel
+    from fabricwatch.detectors.outliers import OutlierDetector, OutlierModel
 
     config = DetectorConfig()
     return Pipeline(config, outliers=OutlierDetector(OutlierModel.load(model), config.outliers))

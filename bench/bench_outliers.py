@@ -22,18 +22,18 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
+from fabricwatch.detectors.config import DetectorConfig
+from fabricwatch.detectors.outliers import FeatureCollector, OutlierDetector, OutlierModel
+from fabricwatch.detectors.pipeline import Pipeline
+from fabricwatch.detectors.stage1 import Stage1
+from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import Snapshot, Topology, decode
+from fabricwatch.schemas.trace import TraceReader
 
-from detectors.config import DetectorConfig
-from detectors.outliers import FeatureCollector, OutlierDetector, OutlierModel
-from detectors.stage1 import Stage1
-from fabricwatch.pipeline import Pipeline
 from fabricwatch.replay import replay_trace
-from ingest.simulator import load_scenario, simulate
-from schemas import topics
-from schemas.messages import Snapshot, Topology, decode
-from schemas.trace import TraceReader
 
-SCENARIOS = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 WIDE = {"fabric": {"leaves": 4, "spines": 4, "hosts_per_leaf": 60}, "duration": 60}
 """64-port leaves (60 hosts + 4 uplinks), 240 NICs: the jobs of outliers.yaml keep their hosts."""
 

@@ -15,10 +15,9 @@ import resource
 import time
 
 import numpy as np
-
-from detectors.rates import RateEngine
-from detectors.stage1 import Stage1
-from schemas.messages import CounterSpec, Snapshot, decode, encode
+from fabricwatch.detectors.rates import RateEngine
+from fabricwatch.detectors.stage1 import Stage1
+from fabricwatch.schemas.messages import CounterSpec, Snapshot, decode, encode
 
 T0 = 1_800_000_000_000_000_000
 

@@ -23,18 +23,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import fabricwatch.streams.stages as stages
 from bench_clickhouse import as_rows_of_numbers
+from fabricwatch.detectors.config import DetectorConfig
+from fabricwatch.detectors.rates import RateFrame
+from fabricwatch.detectors.summary import summarise
+from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import PortRates, Snapshot, Topology, decode
+from fabricwatch.schemas.trace import TraceReader
 
-import streams.stages as stages
-from detectors.config import DetectorConfig
-from detectors.rates import RateFrame
-from detectors.summary import summarise
-from ingest.simulator import load_scenario, simulate
-from schemas import topics
-from schemas.messages import PortRates, Snapshot, Topology, decode
-from schemas.trace import TraceReader
-
-SCENARIOS = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
 
 def rows_of_numbers(frame: RateFrame, line_bytes_ps: np.ndarray | None = None) -> PortRates:

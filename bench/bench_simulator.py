@@ -16,12 +16,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-SCENARIO = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios" / "large.yaml"
+SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "large.yaml"
 TARGET_SECONDS = 30.0
 
 
 def _measure(scenario: str, out: str, queue: multiprocessing.Queue) -> None:
-    from ingest.simulator import load_scenario, simulate
+    from fabricwatch.ingest.simulator import load_scenario, simulate
 
     stats = simulate(load_scenario(Path(scenario)), Path(out))
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -30,18 +30,17 @@ import threading
 import time
 from pathlib import Path
 
+from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.local.broker import EmbeddedBroker
+from fabricwatch.local.workers import WorkerProcess
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import Anomaly, Symptom, decode
+from fabricwatch.schemas.trace import TraceReader
+from fabricwatch.streams.kafka_io import BrokerSettings, ensure_topics
+from fabricwatch.streams.traces import publish_trace
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from fabricwatch.broker_replay import publish_trace
-from ingest.simulator import load_scenario, simulate
-from schemas import topics
-from schemas.messages import Anomaly, Symptom, decode
-from schemas.trace import TraceReader
-from streams.broker import EmbeddedBroker
-from streams.kafka_io import BrokerSettings, ensure_topics
-from streams.worker_process import WorkerProcess
-
-SCENARIOS = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
 
 def emit(**fields: object) -> None:

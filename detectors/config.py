@@ -45,6 +45,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
+from fabricwatch.schemas.config import ConfigFile
 
 
 class PfcStormConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -105,22 +106,6 @@ class DetectorConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     default_link_gbps: float = 400.0
 
 
-class ConfigError(ValueError):
-    """A configuration file that cannot be used; the message names the key and the problem."""
-
-
 def load_config(path: str | Path | None) -> DetectorConfig:
-    """Read a YAML config (the ``detectors:`` section is optional), or the defaults without a path."""
-    if path is None:
-        return DetectorConfig()
-    import yaml
-
-    try:
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    section = doc.get("detectors", doc) if isinstance(doc, dict) else doc
-    try:
-        return msgspec.convert(section, DetectorConfig)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+    """The ``detectors:`` section of a config file, or the defaults without a path."""
+    return ConfigFile(path).section("detectors", DetectorConfig)

@@ -13,12 +13,11 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from detectors.config import EcmpConfig
-from detectors.evidence import evidence
-from detectors.persistence import StreakTable
-from detectors.rates import RateFrame
-from schemas.messages import EcmpGroup, Symptom
+from fabricwatch.detectors.config import EcmpConfig
+from fabricwatch.detectors.evidence import evidence
+from fabricwatch.detectors.persistence import StreakTable
+from fabricwatch.detectors.rates import RateFrame
+from fabricwatch.schemas.messages import EcmpGroup, Symptom
 
 
 @dataclass

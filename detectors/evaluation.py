@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from schemas.messages import Anomaly, Label, RootCause
+from fabricwatch.schemas.messages import Anomaly, Label, RootCause
 
 _NS = 1e9
 

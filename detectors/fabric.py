@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-
-from schemas.messages import EcmpGroup, Topology
+from fabricwatch.schemas.messages import EcmpGroup, Topology
 
 
 class FabricMap:

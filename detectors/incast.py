@@ -21,12 +21,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
-from detectors.config import IncastConfig
-from detectors.evidence import evidence
-from detectors.persistence import StreakTable
-from detectors.rates import RateFrame
-from schemas.messages import Symptom
+from fabricwatch.detectors.config import IncastConfig
+from fabricwatch.detectors.evidence import evidence
+from fabricwatch.detectors.persistence import StreakTable
+from fabricwatch.detectors.rates import RateFrame
+from fabricwatch.schemas.messages import Symptom
 
 
 class IncastDetector:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from detectors.config import IncidentConfig
-from detectors.fabric import FabricMap
-from schemas.messages import Anomaly, Phase, RootCause, Symptom
+from fabricwatch.detectors.config import IncidentConfig
+from fabricwatch.detectors.fabric import FabricMap
+from fabricwatch.schemas.messages import Anomaly, Phase, RootCause, Symptom
 
 _NS = 1_000_000_000
 _HINTS = {

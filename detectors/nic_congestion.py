@@ -6,11 +6,10 @@ known to be unreliable (Meta's finding), so it only adds evidence and names host
 from __future__ import annotations
 
 import numpy as np
-
-from detectors.evidence import evidence
-from detectors.persistence import StreakTable
-from detectors.rates import RateFrame
-from schemas.messages import Symptom
+from fabricwatch.detectors.evidence import evidence
+from fabricwatch.detectors.persistence import StreakTable
+from fabricwatch.detectors.rates import RateFrame
+from fabricwatch.schemas.messages import Symptom
 
 _SIGNALS = (
     ("ecn_received", ("rx_ecn_marked_packets", "cnp_sent")),

@@ -40,11 +40,10 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-
-from detectors.config import OutlierConfig
-from detectors.evidence import evidence
-from detectors.rates import Layout, RateFrame
-from schemas.messages import Label, Symptom
+from fabricwatch.detectors.config import OutlierConfig
+from fabricwatch.detectors.evidence import evidence
+from fabricwatch.detectors.rates import Layout, RateFrame
+from fabricwatch.schemas.messages import Label, Symptom
 
 FORMAT = "fabricwatch-outliers"
 FORMAT_VERSION = 1
@@ -369,8 +368,6 @@ class OutlierModel:
         at least 1 / (1 - quantile) baseline rows for that quantile to exist; others are skipped."""
         import sklearn
 
-        from fabricwatch import __version__
-
         need = math.ceil(1.0 / (1.0 - config.threshold_quantile))
         fitted, skipped = {}, {}
         for name in CLASSES:
@@ -382,7 +379,7 @@ class OutlierModel:
         meta = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
-            "fabricwatch_version": __version__,
+            "fabricwatch_version": _installed_version(),
             "sklearn_version": sklearn.__version__,
             "trained_quantile": config.threshold_quantile,
             "n_estimators": config.n_estimators,
@@ -429,6 +426,17 @@ class OutlierModel:
         for derived in ("thresholds", "quantile_levels"):
             meta.pop(derived)
         return cls(classes, meta)
+
+
+def _installed_version() -> str:
+    """The installed fabricwatch's version, read from its package metadata (the core does not
+    import the app for it)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("fabricwatch")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 _ARRAYS = ("median", "spread", "ceiling", "score_quantiles")
@@ -491,6 +499,11 @@ def _class_from_doc(name: str, m: dict, forest: object) -> ClassModel:
 
 
 # --- stage-1 components -------------------------------------------------------------------------
+
+
+def load_detector(path: str | Path, config: OutlierConfig | None = None) -> OutlierDetector:
+    """The online detector of a model file: what every command given ``--model`` runs."""
+    return OutlierDetector(OutlierModel.load(path), config)
 
 
 class OutlierStage(Protocol):

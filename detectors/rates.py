@@ -22,9 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from schemas.messages import CounterSpec, Snapshot
-from schemas.vocabulary import canonical
+from fabricwatch.schemas.messages import CounterSpec, Snapshot
+from fabricwatch.schemas.vocabulary import canonical
 
 _KIND_COUNTER = "counter"
 

@@ -3,15 +3,15 @@ everything here is keyed by device, so any partitioning of devices across worker
 
 from __future__ import annotations
 
-from detectors.config import DetectorConfig
-from detectors.ecmp import EcmpDetector
-from detectors.fabric import FabricMap
-from detectors.incast import IncastDetector
-from detectors.nic_congestion import NicCongestion
-from detectors.outliers import OutlierStage
-from detectors.pfc_storm import NicPauseStorm, PfcWatchdog
-from detectors.rates import RateEngine, RateFrame
-from schemas.messages import Snapshot, Symptom, Topology
+from fabricwatch.detectors.config import DetectorConfig
+from fabricwatch.detectors.ecmp import EcmpDetector
+from fabricwatch.detectors.fabric import FabricMap
+from fabricwatch.detectors.incast import IncastDetector
+from fabricwatch.detectors.nic_congestion import NicCongestion
+from fabricwatch.detectors.outliers import OutlierStage
+from fabricwatch.detectors.pfc_storm import NicPauseStorm, PfcWatchdog
+from fabricwatch.detectors.rates import RateEngine, RateFrame
+from fabricwatch.schemas.messages import Snapshot, Symptom, Topology
 
 
 class Stage1:

@@ -16,9 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from detectors.rates import Layout, RateFrame
-from schemas.messages import PORT_RATE_COLUMNS, PortRates
+from fabricwatch.detectors.rates import Layout, RateFrame
+from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, PortRates
 
 _SUMS: dict[str, tuple[tuple[str, float], ...]] = {
     "tx_bps": (("tx_bytes", 8.0),),

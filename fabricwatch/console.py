@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TextIO
 
-from detectors.evaluation import Evaluation, incidents_of
+from fabricwatch.detectors.evaluation import Evaluation, incidents_of
 from fabricwatch.evaluate import GATING_RULE, SuiteReport, percentile
-from schemas.messages import Anomaly
+from fabricwatch.schemas.messages import Anomaly
 
 _NS = 1e9
 

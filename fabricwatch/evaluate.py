@@ -20,12 +20,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from detectors.config import DetectorConfig
-from detectors.evaluation import Counts, Evaluation, Incident, evaluate, incidents_of
-from fabricwatch.pipeline import Pipeline
+from fabricwatch.detectors.config import DetectorConfig
+from fabricwatch.detectors.evaluation import Counts, Evaluation, Incident, evaluate, incidents_of
+from fabricwatch.detectors.pipeline import Pipeline
+from fabricwatch.ingest.simulator import Scenario, load_scenario, simulate
 from fabricwatch.replay import replay_trace
-from ingest.simulator import Scenario, load_scenario, simulate
-from schemas.messages import Anomaly, Label, RootCause
+from fabricwatch.schemas.messages import Anomaly, Label, RootCause
 
 RULE_KINDS = frozenset({"pfc_storm", "incast", "ecmp_collapse"})
 """Kinds whose detector always runs; ``outlier`` joins them only when a model is loaded."""
@@ -210,9 +210,9 @@ def scenario_paths(args: list[Path]) -> list[Path]:
 def pipeline_with_model(model_path: Path, config: DetectorConfig) -> Pipeline:
     """A pipeline running the learned outlier detector too (bind ``model_path`` with functools.partial:
     each worker process loads the model itself)."""
-    from detectors.outliers import OutlierDetector, OutlierModel
+    from fabricwatch.detectors.outliers import load_detector
 
-    return Pipeline(config, outliers=OutlierDetector(OutlierModel.load(model_path), config.outliers))
+    return Pipeline(config, outliers=load_detector(model_path, config.outliers))
 
 
 def run_suite(

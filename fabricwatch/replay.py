@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from detectors.evaluation import Evaluation, evaluate
-from fabricwatch.pipeline import Pipeline
-from schemas.messages import Anomaly
-from schemas.trace import TraceReader
+from fabricwatch.detectors.evaluation import Evaluation, evaluate
+from fabricwatch.detectors.pipeline import Pipeline
+from fabricwatch.schemas.messages import Anomaly
+from fabricwatch.schemas.trace import TraceReader
 
 
 @dataclass

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from detectors.config import DetectorConfig
-from detectors.outliers import FeatureCollector, OutlierModel
-from fabricwatch.pipeline import Pipeline
+from fabricwatch.detectors.config import DetectorConfig
+from fabricwatch.detectors.outliers import FeatureCollector, OutlierModel
+from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.replay import replay_trace
 
 

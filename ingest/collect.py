@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingest.host_collector import EthtoolError, collect_nic, run_ethtool
-from schemas.messages import Snapshot
+from fabricwatch.ingest.host_collector import EthtoolError, collect_nic, run_ethtool
+from fabricwatch.schemas.messages import Snapshot
 
 
 @dataclass

@@ -14,9 +14,9 @@ import socket
 import subprocess
 from pathlib import Path
 
-from ingest.mapping import build_combined_snapshot
-from ingest.parsers import parse_ethtool_stats, read_sysfs_port
-from schemas.messages import Snapshot
+from fabricwatch.ingest.mapping import build_combined_snapshot
+from fabricwatch.ingest.parsers import parse_ethtool_stats, read_sysfs_port
+from fabricwatch.schemas.messages import Snapshot
 
 ETHTOOL_TIMEOUT_S = 5.0
 

@@ -17,9 +17,8 @@ from functools import cache
 from importlib import resources
 
 import msgspec
-
-from schemas.messages import CounterSpec, DeviceKind, Snapshot
-from schemas.vocabulary import CounterDef, canonical
+from fabricwatch.schemas.messages import CounterSpec, DeviceKind, Snapshot
+from fabricwatch.schemas.vocabulary import CounterDef, canonical
 
 _HEADER = ["source", "vendor_name", "canonical", "width", "scale"]
 _WIDTHS = (8, 16, 32, 64)
@@ -207,7 +206,9 @@ def _table(source: str) -> _SourceTable:
 
 @cache
 def _tables() -> dict[str, _SourceTable]:
-    text = resources.files("schemas").joinpath("data", "vendor_map.csv").read_text(encoding="utf-8")
+    text = (
+        resources.files("fabricwatch.schemas").joinpath("data", "vendor_map.csv").read_text(encoding="utf-8")
+    )
     return compile_table(text)
 
 

@@ -19,9 +19,8 @@ from types import TracebackType
 from typing import Any, BinaryIO, Self
 
 import msgspec
-
-from schemas import topics
-from schemas.messages import Label, Message, decode, encode
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import Label, Message, decode, encode
 
 FORMAT = "fabricwatch-trace"
 VERSION = 1

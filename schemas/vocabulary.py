@@ -30,7 +30,7 @@ class CounterDef:
 
 
 def _data_rows(filename: str) -> list[dict[str, str]]:
-    text = resources.files("schemas").joinpath("data", filename).read_text(encoding="utf-8")
+    text = resources.files("fabricwatch.schemas").joinpath("data", filename).read_text(encoding="utf-8")
     lines = [line for line in text.splitlines() if line and not line.startswith("#")]
     return list(csv.DictReader(lines))
 

@@ -27,16 +27,15 @@ from typing import Any
 import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
+from fabricwatch.detectors.config import DetectorConfig
+from fabricwatch.detectors.outliers import OutlierStage
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import Anomaly, DecodeError, Phase, Topology, decode, encode
+from fabricwatch.streams.health import Progress
+from fabricwatch.streams.kafka_io import BrokerSettings
+from fabricwatch.streams.stages import DEFAULT_MAX_MESSAGE_BYTES, Keyed, Stage1Worker, Stage2Worker
 from faust.exceptions import ProducerSendError
 from faust.transport.drivers import aiokafka as faust_aiokafka
-
-from detectors.config import DetectorConfig
-from detectors.outliers import OutlierStage
-from schemas import topics
-from schemas.messages import Anomaly, DecodeError, Phase, Topology, decode, encode
-from streams.health import Progress
-from streams.kafka_io import BrokerSettings
-from streams.stages import DEFAULT_MAX_MESSAGE_BYTES, Keyed, Stage1Worker, Stage2Worker
 
 DEAD_LETTER_HEAD = 64 * 1024
 """What is kept of a message too large for the dead-letter topic itself."""

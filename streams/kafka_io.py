@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
-
-from schemas import topics
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.config import ConfigFile
 
 DEFAULT_PARTITIONS = {
     topics.COUNTERS: 12,
@@ -74,21 +74,10 @@ class BrokerSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 
 def load_broker_settings(path: Path | None = None, environ: dict[str, str] | None = None) -> BrokerSettings:
-    """The ``broker:`` section of a YAML config (optional), overridden by FABRICWATCH_* variables."""
-    import yaml
-
-    from detectors.config import ConfigError
-
+    """The ``broker:`` section of a config file (optional), overridden by FABRICWATCH_* variables."""
     environ = dict(os.environ) if environ is None else environ
-    section: dict[str, Any] = {}
-    if path is not None:
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        section = dict(doc.get("broker") or {}) if isinstance(doc, dict) else {}
-    section.update({key: environ[var] for key, var in _ENV.items() if environ.get(var)})
-    try:
-        return msgspec.convert(section, BrokerSettings)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"broker settings: {exc}") from None
+    overrides = {key: environ[var] for key, var in _ENV.items() if environ.get(var)}
+    return ConfigFile(path).section("broker", BrokerSettings, overrides)
 
 
 def ensure_topics(settings: BrokerSettings, names: list[str] | None = None) -> list[str]:

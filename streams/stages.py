@@ -12,14 +12,14 @@ import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from detectors.config import DetectorConfig
-from detectors.fabric import FabricMap
-from detectors.incidents import Correlator
-from detectors.outliers import OutlierStage
-from detectors.stage1 import Stage1
-from detectors.summary import summarise
-from detectors.ticks import Ticker
-from schemas.messages import (
+from fabricwatch.detectors.config import DetectorConfig
+from fabricwatch.detectors.fabric import FabricMap
+from fabricwatch.detectors.incidents import Correlator
+from fabricwatch.detectors.outliers import OutlierStage
+from fabricwatch.detectors.stage1 import Stage1
+from fabricwatch.detectors.summary import summarise
+from fabricwatch.detectors.ticks import Ticker
+from fabricwatch.schemas.messages import (
     Anomaly,
     DecodeError,
     Phase,

@@ -14,12 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fabricwatch.detectors.pipeline import Pipeline
+from fabricwatch.detectors.summary import summarise
+from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.local.clickhouse_server import LocalClickHouse, server_binary
 
-from detectors.summary import summarise
-from fabricwatch.pipeline import Pipeline
 from fabricwatch.replay import replay_trace
-from ingest.simulator import load_scenario, simulate
-from streams.clickhouse_server import LocalClickHouse, server_binary
 
 _databases = itertools.count()
 
@@ -57,7 +57,7 @@ def store_target(request: pytest.FixtureRequest, tmp_path) -> str:
 def fabric_stream(tmp_path_factory: pytest.TempPathFactory) -> list:
     """What the storage sink consumes, in order: the PortRates, phases, topology and anomalies of a
     simulated 30 s of the demo fabric (clock started an hour ago), as stage 1/2 would publish them."""
-    scenario = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios" / "demo.yaml"
+    scenario = Path(__file__).resolve().parent.parent / "scenarios" / "demo.yaml"
     trace = tmp_path_factory.mktemp("stream") / "demo.trace.gz"
     start_ns = (time.time_ns() - 3600 * 10**9) // 10**9 * 10**9
     simulate(load_scenario(scenario, {"duration": 30, "start_time": start_ns}), trace)

@@ -6,13 +6,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from fabricwatch.pipeline import Pipeline
-from fabricwatch.replay import ReplayResult, replay_trace
-from ingest.simulator import load_scenario, simulate
-from streams.clickhouse_recorder import PipelineRecorder
-from streams.clickhouse_sink import Sink, Store
+from fabricwatch.detectors.pipeline import Pipeline
+from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.storage.recorder import PipelineRecorder
+from fabricwatch.storage.sink import Sink, Store
 
-SCENARIOS = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios"
+from fabricwatch.replay import ReplayResult, replay_trace
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
 
 def replay_into_store(scenario: str, workdir: Path) -> tuple[Store, ReplayResult]:

@@ -11,17 +11,16 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from fabricwatch.alerts.alerter import Alerter
+from fabricwatch.alerts.config import load_alerts_config, parse_alerts, parse_duration
+from fabricwatch.alerts.matchers import parse_matcher
+from fabricwatch.alerts.payload import ZERO_TIME, alertmanager_body, encode_body, rfc3339, slack_body
+from fabricwatch.alerts.signing import sign, verify
+from fabricwatch.alerts.silences import SilenceFile
+from fabricwatch.schemas.config import ConfigError
+from fabricwatch.schemas.messages import Anomaly, RootCause
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from alerts.alerter import Alerter
-from alerts.config import load_alerts_config, parse_alerts, parse_duration
-from alerts.matchers import parse_matcher
-from alerts.payload import ZERO_TIME, alertmanager_body, encode_body, rfc3339, slack_body
-from alerts.signing import sign, verify
-from alerts.silences import SilenceFile
-from detectors.config import ConfigError
-from schemas.messages import Anomaly, RootCause
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "alerts.md"
 T0 = 1_800_000_000.0
@@ -419,7 +418,7 @@ def test_config_errors_name_the_key_and_the_problem(tmp_path):
     assert "alerts.route.routes[0].matchers[0]: 'severity' is not a matcher" in error(
         {"receivers": rx, "route": {"receiver": "ops", "routes": [{"matchers": ["severity"]}]}}
     )
-    assert "alerts.route: Object contains unknown field `grup_by`" in error(
+    assert "alerts.route.grup_by: unknown key (did you mean `group_by`?)" in error(
         {"receivers": rx, "route": {"receiver": "ops", "grup_by": []}}
     )
     assert "alerts.receivers[0].secret_env: environment variable FW_SECRET is not set" in error(
@@ -459,7 +458,8 @@ def test_secrets_come_from_env_or_files_and_never_show(tmp_path):
     for secret in ("env-secret-789", "file-secret-123", "url-token-456"):
         assert secret not in shown
     spec = msgspec.convert(
-        {"name": "b", "url": "https://h/T/B/url-token-456"}, __import__("alerts.config").config.ReceiverSpec
+        {"name": "b", "url": "https://h/T/B/url-token-456"},
+        __import__("fabricwatch.alerts.config").alerts.config.ReceiverSpec,
     )
     assert "url-token-456" not in repr(spec)
 
@@ -475,7 +475,7 @@ def test_silence_command_writes_a_file_the_alerter_rereads(tmp_path, capsys):
         "route": {"receiver": "ops", "group_by": ["..."], "group_wait": 0},
         "silences_file": str(path),
     }
-    from alerts.service import AlertService
+    from fabricwatch.alerts.service import AlertService
 
     service = AlertService(parse_alerts(section, environ={}), wall=False)
     al = service.alerter

@@ -8,13 +8,13 @@ import json
 import threading
 import time
 
-from alerts.config import parse_alerts
-from alerts.consumer import OffsetTracker, run_consumer
-from alerts.receiver import WebhookReceiver
-from schemas import topics
-from schemas.messages import Anomaly, RootCause, encode
-from streams.broker import EmbeddedBroker
-from streams.kafka_io import BrokerSettings, Publisher, ensure_topics
+from fabricwatch.alerts.config import parse_alerts
+from fabricwatch.alerts.consumer import OffsetTracker, run_consumer
+from fabricwatch.alerts.receiver import WebhookReceiver
+from fabricwatch.local.broker import EmbeddedBroker
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import Anomaly, RootCause, encode
+from fabricwatch.streams.kafka_io import BrokerSettings, Publisher, ensure_topics
 
 GROUP = "alerts-test"
 TANSU = {"session_timeout_ms": 6000, "max_poll_interval_ms": 6000, "heartbeat_interval_ms": 1000}
@@ -203,7 +203,7 @@ def test_given_up_notifications_go_to_the_give_up_topic_and_their_offsets_are_co
 
 
 def test_the_anomaly_that_opens_an_alert_is_held_until_the_alert_has_ended():
-    from alerts.alerter import Alerter
+    from fabricwatch.alerts.alerter import Alerter
 
     config = parse_alerts(
         {

@@ -12,12 +12,11 @@ import subprocess
 from collections import Counter
 
 import pytest
-
-from alerts.alerter import Alerter
-from alerts.config import parse_alerts
-from alerts.receiver import WebhookReceiver
-from alerts.service import AlertService
-from schemas.messages import Anomaly, RootCause
+from fabricwatch.alerts.alerter import Alerter
+from fabricwatch.alerts.config import parse_alerts
+from fabricwatch.alerts.receiver import WebhookReceiver
+from fabricwatch.alerts.service import AlertService
+from fabricwatch.schemas.messages import Anomaly, RootCause
 
 T0 = 1_800_000_000.0
 FAST = {"timeout": "300ms", "connect_timeout": "300ms", "backoff_initial": "50ms", "backoff_max": "200ms"}
@@ -252,10 +251,11 @@ def test_wall_clock_service_flushes_on_its_timer_thread():
 def test_replay_delivers_a_pfc_storm_from_firing_to_resolved_on_trace_time(tmp_path, capsys):
     from pathlib import Path
 
-    from fabricwatch.cli import main
-    from ingest.simulator import load_scenario, simulate
+    from fabricwatch.ingest.simulator import load_scenario, simulate
 
-    scenarios = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios"
+    from fabricwatch.cli import main
+
+    scenarios = Path(__file__).resolve().parent.parent / "scenarios"
     trace = tmp_path / "storm.trace"
     simulate(load_scenario(scenarios / "pfc_storm.yaml", {"duration": 40}), trace)
     with WebhookReceiver() as rx, WebhookReceiver(behaviour=lambda key, attempt: "400") as broken:

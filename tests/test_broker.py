@@ -6,15 +6,19 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.local.broker import EmbeddedBroker
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.trace import TraceReader, read_labels
+from fabricwatch.streams.kafka_io import (
+    DEFAULT_PARTITIONS,
+    BrokerSettings,
+    ensure_topics,
+    load_broker_settings,
+)
+from fabricwatch.streams.traces import TRAFFIC, publish_trace, record_topics
 
-from fabricwatch.broker_replay import TRAFFIC, publish_trace, record_topics
-from ingest.simulator import load_scenario, simulate
-from schemas import topics
-from schemas.trace import TraceReader, read_labels
-from streams.broker import EmbeddedBroker
-from streams.kafka_io import DEFAULT_PARTITIONS, BrokerSettings, ensure_topics, load_broker_settings
-
-SCENARIOS = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
 
 @pytest.fixture
@@ -98,8 +102,9 @@ def test_cli_replays_to_the_broker_and_records_back(broker, tmp_path, capsys):
 
 
 def test_unreachable_broker_is_a_clear_error(tmp_path, capsys):
+    from fabricwatch.local.broker import free_port
+
     from fabricwatch.cli import main
-    from streams.broker import free_port
 
     trace = tmp_path / "t.trace"
     simulate(load_scenario(SCENARIOS / "incast.yaml", {"duration": 2}), trace)

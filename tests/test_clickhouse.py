@@ -9,13 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from schemas.clickhouse import LATEST_VERSION, MODERN, OLD_DEBIAN, SchemaOptions, full_ddl
-from schemas.messages import Anomaly, Phase, PortRates, RootCause, Topology
-from streams.broker import free_port
-from streams.clickhouse_backend import ServerAddress, StoreError
-from streams.clickhouse_server import LocalClickHouse, server_binary
-from streams.clickhouse_sink import Sink, Store
+from fabricwatch.local.broker import free_port
+from fabricwatch.local.clickhouse_server import LocalClickHouse, server_binary
+from fabricwatch.schemas.messages import Anomaly, Phase, PortRates, RootCause, Topology
+from fabricwatch.storage.backends import ServerAddress, StoreError
+from fabricwatch.storage.schema import LATEST_VERSION, MODERN, OLD_DEBIAN, SchemaOptions, full_ddl
+from fabricwatch.storage.sink import Sink, Store
 
 ROLLUPS = ("rates_10s", "rates_1m", "rates_1h")
 ROLLUP_SECONDS = {"rates_10s": 10, "rates_1m": 60, "rates_1h": 3600}

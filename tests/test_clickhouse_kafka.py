@@ -8,14 +8,13 @@ import threading
 import time
 
 import pytest
-
-from schemas import topics
-from schemas.messages import Anomaly, Phase, PortRates, Topology, encode
-from streams.broker import EmbeddedBroker
-from streams.clickhouse_consumer import Backoff, StoreConsumer
-from streams.clickhouse_server import LocalClickHouse, server_binary
-from streams.clickhouse_sink import Sink, Store
-from streams.kafka_io import BrokerSettings, Publisher, ensure_topics
+from fabricwatch.local.broker import EmbeddedBroker
+from fabricwatch.local.clickhouse_server import LocalClickHouse, server_binary
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import Anomaly, Phase, PortRates, Topology, encode
+from fabricwatch.storage.consumer import Backoff, StoreConsumer
+from fabricwatch.storage.sink import Sink, Store
+from fabricwatch.streams.kafka_io import BrokerSettings, Publisher, ensure_topics
 
 TANSU = {"session_timeout_ms": 6000, "max_poll_interval_ms": 6000, "heartbeat_interval_ms": 1000}
 ROLLUPS = ("rates_10s", "rates_1m", "rates_1h")

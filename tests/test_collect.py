@@ -6,15 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fabricwatch.detectors.pipeline import Pipeline
+from fabricwatch.ingest.collect import discover, poll
+from fabricwatch.ingest.host_collector import EthtoolError
+from fabricwatch.schemas.messages import Snapshot, decode
+from fabricwatch.schemas.trace import TraceReader
 from ttar import extract_ttar
 
 from fabricwatch.cli import main
-from fabricwatch.pipeline import Pipeline
 from fabricwatch.replay import replay_trace
-from ingest.collect import discover, poll
-from ingest.host_collector import EthtoolError
-from schemas.messages import Snapshot, decode
-from schemas.trace import TraceReader
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SYSFS_TTAR = FIXTURES / "sysfs_infiniband_mlx5_0_counters_hw_counters_procfs_fixture.ttar"

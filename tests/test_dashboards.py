@@ -8,22 +8,22 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fabricwatch.dashboards.grafana import (
+    DATASOURCE_UID,
+    FOLDER_UID,
+    PLUGIN_TYPE,
+    dashboard_names,
+    load_dashboards,
+)
+from fabricwatch.dashboards.macros import ALL, QueryContext, expand
+from fabricwatch.storage.queries import anomalies_from_store
 from fake_grafana import FakeGrafana
 from replayed_store import replay_into_store
 
 from fabricwatch.cli import main
-from fabricwatch.grafana import (
-    DATASOURCE_UID,
-    FOLDER_UID,
-    PLUGIN_TYPE,
-    anomalies_from_store,
-    dashboard_names,
-    load_dashboards,
-)
-from fabricwatch.grafana_macros import ALL, QueryContext, expand
 
 DASHBOARDS = {d["uid"]: d for d in load_dashboards()}
-ASSETS = Path(__file__).resolve().parent.parent / "fabricwatch" / "grafana_assets"
+ASSETS = Path(__file__).resolve().parent.parent / "dashboards" / "grafana"
 INTERVAL_S = 5.0
 """What Grafana picks for a three-minute range on a wide panel (range / max data points, rounded)."""
 
@@ -75,7 +75,6 @@ def test_the_five_dashboards_ship_as_package_data():
         "incast.json",
         "pfc-storm.json",
     ]
-    assert (Path(__file__).resolve().parent.parent / "deploy" / "grafana" / "dashboards").is_dir()
 
 
 @pytest.mark.parametrize("uid", sorted(DASHBOARDS))

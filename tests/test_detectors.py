@@ -6,12 +6,11 @@ Each test drives raw cumulative counters through the real rate engine, as a coll
 from __future__ import annotations
 
 import numpy as np
-
-from detectors.config import DetectorConfig
-from detectors.fabric import FabricMap
-from detectors.incidents import Correlator
-from detectors.stage1 import Stage1
-from schemas.messages import (
+from fabricwatch.detectors.config import DetectorConfig
+from fabricwatch.detectors.fabric import FabricMap
+from fabricwatch.detectors.incidents import Correlator
+from fabricwatch.detectors.stage1 import Stage1
+from fabricwatch.schemas.messages import (
     CounterSpec,
     Device,
     EcmpGroup,

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fabricwatch.detectors.pipeline import Pipeline
+from fabricwatch.ingest.simulator import load_scenario, simulate
 
-from fabricwatch.pipeline import Pipeline
 from fabricwatch.replay import ReplayResult, replay_trace
-from ingest.simulator import load_scenario, simulate
 
-SCENARIOS = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 RULE_KINDS = {"incast", "pfc_storm", "ecmp_collapse"}
 """What the rule-based detectors promise; ``outlier`` labels wait for the learned detector."""
 

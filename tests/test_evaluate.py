@@ -14,7 +14,7 @@ import yaml
 from fabricwatch.cli import main
 from fabricwatch.evaluate import scenario_paths
 
-SUITE = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios" / "eval"
+SUITE = Path(__file__).resolve().parent.parent / "scenarios" / "eval"
 SHORT = {"incast_100ms_16h": 25, "storm_100ms_16h": 30, "benign_100ms_5min_32h": 40}
 """Suite scenarios cut to their first fault (or first look-alikes), so the tests stay fast."""
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from detectors.evaluation import evaluate
-from schemas.messages import Anomaly, Label, RootCause
+from fabricwatch.detectors.evaluation import evaluate
+from fabricwatch.schemas.messages import Anomaly, Label, RootCause
 
 S = 1_000_000_000
 ROOT = RootCause("leaf0", "Ethernet0", 3)

@@ -8,10 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from fake_grafana import FakeGrafana
-
-from fabricwatch.cli import main
-from fabricwatch.grafana import (
+from fabricwatch.dashboards.grafana import (
     DATASOURCE_UID,
     PLUGIN_TYPE,
     GrafanaAuthError,
@@ -22,7 +19,10 @@ from fabricwatch.grafana import (
     parse_clickhouse_url,
     resolve_auth,
 )
-from schemas.messages import Anomaly, RootCause, encode
+from fabricwatch.schemas.messages import Anomaly, RootCause, encode
+from fake_grafana import FakeGrafana
+
+from fabricwatch.cli import main
 
 TARGET = parse_clickhouse_url("clickhouse://grafana@ch.example:9000/fabricwatch")
 

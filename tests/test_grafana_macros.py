@@ -6,8 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-
-from fabricwatch.grafana_macros import ALL, QueryContext, expand
+from fabricwatch.dashboards.macros import ALL, QueryContext, expand
 
 
 def ns(text: str) -> int:

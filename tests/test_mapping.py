@@ -11,17 +11,16 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-
-from ingest.mapping import (
+from fabricwatch.ingest.mapping import (
     build_combined_snapshot,
     build_snapshot,
     compile_table,
     known_sources,
     map_counters,
 )
-from ingest.parsers import parse_ethtool_stats
-from schemas.messages import CounterSpec, Snapshot, decode, encode
-from schemas.vocabulary import canonical
+from fabricwatch.ingest.parsers import parse_ethtool_stats
+from fabricwatch.schemas.messages import CounterSpec, Snapshot, decode, encode
+from fabricwatch.schemas.vocabulary import canonical
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MLX5_ETHTOOL = FIXTURES / "ethtool_mlx5_cx6dx_k5.15_xdp_filtered.txt"
@@ -40,7 +39,9 @@ SOURCES = {
 
 
 def table_rows() -> list[dict[str, str]]:
-    text = resources.files("schemas").joinpath("data", "vendor_map.csv").read_text(encoding="utf-8")
+    text = (
+        resources.files("fabricwatch.schemas").joinpath("data", "vendor_map.csv").read_text(encoding="utf-8")
+    )
     return list(csv.DictReader(line for line in text.splitlines() if line and not line.startswith("#")))
 
 

@@ -10,18 +10,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fabricwatch.detectors.config import OutlierConfig
+from fabricwatch.detectors.evaluation import incidents_of
+from fabricwatch.detectors.outliers import FEATURES, ModelError, OutlierDetector, OutlierModel
+from fabricwatch.detectors.pipeline import Pipeline
+from fabricwatch.detectors.rates import Layout, RateFrame
+from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.ingest.simulator.counters import NIC_TABLE
 
-from detectors.config import OutlierConfig
-from detectors.evaluation import incidents_of
-from detectors.outliers import FEATURES, ModelError, OutlierDetector, OutlierModel
-from detectors.rates import Layout, RateFrame
 from fabricwatch.cli import main
-from fabricwatch.pipeline import Pipeline
 from fabricwatch.replay import ReplayResult, replay_trace
-from ingest.simulator import load_scenario, simulate
-from ingest.simulator.counters import NIC_TABLE
 
-SCENARIOS = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 TRAIN_MINUTES = 4  # of baseline.yaml's five: the last minute is held out
 
 

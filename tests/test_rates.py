@@ -5,12 +5,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from fabricwatch.detectors.rates import RateEngine
+from fabricwatch.schemas.messages import CounterSpec, Snapshot
+from fabricwatch.schemas.vocabulary import max_rate
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from detectors.rates import RateEngine
-from schemas.messages import CounterSpec, Snapshot
-from schemas.vocabulary import max_rate
 
 T0 = 1_700_000_000_000_000_000
 BYTES_MAX = max_rate("tx_bytes")

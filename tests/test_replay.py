@@ -6,11 +6,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import (
+    CounterSpec,
+    Device,
+    Label,
+    Link,
+    NicAttachment,
+    RootCause,
+    Snapshot,
+    Topology,
+)
+from fabricwatch.schemas.trace import TraceWriter
 
 from fabricwatch.cli import main
-from schemas import topics
-from schemas.messages import CounterSpec, Device, Label, Link, NicAttachment, RootCause, Snapshot, Topology
-from schemas.trace import TraceWriter
 
 T0 = 1_800_000_000_000_000_000
 COLS = [

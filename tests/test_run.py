@@ -8,7 +8,7 @@ import sys
 
 def test_run_streams_the_demo_shows_its_anomalies_stores_them_and_writes_the_report(tmp_path):
     data, report = tmp_path / "data", tmp_path / "report"
-    cmd = [sys.executable, "-m", "fabricwatch.cli", "run", "--duration", "75", "--speed", "15"]
+    cmd = [sys.executable, "-m", "fabricwatch", "run", "--duration", "75", "--speed", "15"]
     cmd += ["--data-dir", str(data), "--report", str(report)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fabricwatch.ingest.simulator import ScenarioError, load_scenario, simulate
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import Label, Phase, Snapshot, Topology, decode
+from fabricwatch.schemas.trace import TraceReader, read_labels
 
-from ingest.simulator import ScenarioError, load_scenario, simulate
-from schemas import topics
-from schemas.messages import Label, Phase, Snapshot, Topology, decode
-from schemas.trace import TraceReader, read_labels
-
-SCENARIOS = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 LINE_BYTES_PER_S = 400e9 / 8
 KMIN = 150 * 1024
 

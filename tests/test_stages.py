@@ -8,18 +8,18 @@ import zlib
 from pathlib import Path
 
 import pytest
+from fabricwatch.detectors.config import DetectorConfig
+from fabricwatch.detectors.pipeline import Pipeline
+from fabricwatch.detectors.ticks import Ticker
+from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import Phase, PortRates, Symptom, Topology, Watermark, decode, encode
+from fabricwatch.schemas.trace import TraceReader
+from fabricwatch.streams.stages import Stage1Worker, Stage2Worker
 
-from detectors.config import DetectorConfig
-from detectors.ticks import Ticker
-from fabricwatch.pipeline import Pipeline
 from fabricwatch.replay import replay_trace
-from ingest.simulator import load_scenario, simulate
-from schemas import topics
-from schemas.messages import Phase, PortRates, Symptom, Topology, Watermark, decode, encode
-from schemas.trace import TraceReader
-from streams.stages import Stage1Worker, Stage2Worker
 
-SCENARIOS = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 PARTITIONS = 4
 
 

@@ -6,14 +6,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fabricwatch.detectors.rates import Layout, RateEngine, RateFrame
+from fabricwatch.detectors.summary import project, summarise
+from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.schemas.messages import (
+    PORT_RATE_COLUMNS,
+    CounterSpec,
+    DecodeError,
+    PortRates,
+    Snapshot,
+    decode,
+    encode,
+)
+from fabricwatch.schemas.trace import TraceReader
 
-from detectors.rates import Layout, RateEngine, RateFrame
-from detectors.summary import project, summarise
-from ingest.simulator import load_scenario, simulate
-from schemas.messages import PORT_RATE_COLUMNS, CounterSpec, DecodeError, PortRates, Snapshot, decode, encode
-from schemas.trace import TraceReader
-
-SCENARIOS = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 COL = {c: i for i, c in enumerate(PORT_RATE_COLUMNS)}
 
 

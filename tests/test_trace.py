@@ -10,10 +10,9 @@ import typing
 from pathlib import Path
 
 import pytest
-
-from schemas import messages, topics
-from schemas.messages import CounterSpec, Label, Phase, RootCause, Snapshot
-from schemas.trace import TraceFormatError, TraceReader, TraceRecord, TraceWriter, read_labels
+from fabricwatch.schemas import messages, topics
+from fabricwatch.schemas.messages import CounterSpec, Label, Phase, RootCause, Snapshot
+from fabricwatch.schemas.trace import TraceFormatError, TraceReader, TraceRecord, TraceWriter, read_labels
 
 T0 = 1_700_000_000_000_000_000
 DOC = Path(__file__).resolve().parents[1] / "docs" / "trace-format.md"

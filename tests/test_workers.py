@@ -10,21 +10,21 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from fabricwatch.detectors.config import DetectorConfig
+from fabricwatch.detectors.pipeline import Pipeline
+from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.local.broker import EmbeddedBroker
+from fabricwatch.local.workers import WorkerProcess
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import Anomaly, decode
+from fabricwatch.schemas.trace import TraceReader
+from fabricwatch.streams.kafka_io import BrokerSettings, ensure_topics
+from fabricwatch.streams.traces import publish_trace
 from kafka import KafkaConsumer, KafkaProducer
 
-from detectors.config import DetectorConfig
-from fabricwatch.broker_replay import publish_trace
-from fabricwatch.pipeline import Pipeline
 from fabricwatch.replay import replay_trace
-from ingest.simulator import load_scenario, simulate
-from schemas import topics
-from schemas.messages import Anomaly, decode
-from schemas.trace import TraceReader
-from streams.broker import EmbeddedBroker
-from streams.kafka_io import BrokerSettings, ensure_topics
-from streams.worker_process import WorkerProcess
 
-SCENARIOS = Path(__file__).resolve().parent.parent / "fabricwatch" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 POLL_NS = 1_000_000_000
 SESSION_TIMEOUT_S = 6
 

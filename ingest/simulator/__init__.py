@@ -5,7 +5,7 @@
 snapshots to a trace. The same scenario and seed always give the same bytes.
 """
 
-from ingest.simulator.run import SimStats, simulate
-from ingest.simulator.scenario import Scenario, ScenarioError, load_scenario
+from fabricwatch.ingest.simulator.run import SimStats, simulate
+from fabricwatch.ingest.simulator.scenario import Scenario, ScenarioError, load_scenario
 
 __all__ = ["Scenario", "ScenarioError", "SimStats", "load_scenario", "simulate"]

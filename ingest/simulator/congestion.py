@@ -20,10 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from ingest.simulator.fabric import Fabric
-from ingest.simulator.faults import Condition
-from ingest.simulator.traffic import Flows
+from fabricwatch.ingest.simulator.fabric import Fabric
+from fabricwatch.ingest.simulator.faults import Condition
+from fabricwatch.ingest.simulator.traffic import Flows
 
 HEADER_BYTES = 62  # Ethernet + FCS + IPv4 + UDP + BTH + ICRC around each RoCEv2 payload
 IDLE_QUEUE_BYTES = 8 * 1024  # a queue below line rate holds a few packets at most

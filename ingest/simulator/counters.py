@@ -12,11 +12,10 @@ import sys
 from dataclasses import dataclass
 
 import numpy as np
-
-from ingest.simulator.congestion import FabricState
-from ingest.simulator.fabric import Fabric
-from schemas.messages import CounterSpec
-from schemas.vocabulary import canonical
+from fabricwatch.ingest.simulator.congestion import FabricState
+from fabricwatch.ingest.simulator.fabric import Fabric
+from fabricwatch.schemas.messages import CounterSpec
+from fabricwatch.schemas.vocabulary import canonical
 
 PRIORITIES = range(8)
 WIDE_START = 2**40  # a 64-bit counter after weeks of uptime

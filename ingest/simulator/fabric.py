@@ -14,9 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from ingest.simulator.scenario import FabricSpec
-from schemas.messages import Device, EcmpGroup, Link, NicAttachment, Topology
+from fabricwatch.ingest.simulator.scenario import FabricSpec
+from fabricwatch.schemas.messages import Device, EcmpGroup, Link, NicAttachment, Topology
 
 POD = "pod0"
 NIC_PORT = "1"

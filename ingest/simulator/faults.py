@@ -11,12 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from ingest.simulator import scenario as sc_mod
-from ingest.simulator.fabric import NIC_PORT, Fabric
-from ingest.simulator.scenario import Scenario
-from ingest.simulator.traffic import NS, ActivityRun, build_flows, host_pairs, make_activity, select_hosts
-from schemas.messages import Label, RootCause
+from fabricwatch.ingest.simulator import scenario as sc_mod
+from fabricwatch.ingest.simulator.fabric import NIC_PORT, Fabric
+from fabricwatch.ingest.simulator.scenario import Scenario
+from fabricwatch.ingest.simulator.traffic import (
+    NS,
+    ActivityRun,
+    build_flows,
+    host_pairs,
+    make_activity,
+    select_hosts,
+)
+from fabricwatch.schemas.messages import Label, RootCause
 
 LOSSLESS_PRIORITY = 3
 STORM_HOPS = 4  # enough to cross a two-tier fabric: leaf, spine, far leaf, far NICs

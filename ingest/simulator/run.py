@@ -19,16 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from ingest.simulator.congestion import solve
-from ingest.simulator.counters import NIC_TABLE, SWITCH_TABLE, Bank, Rates, Table, rates
-from ingest.simulator.fabric import NIC_PORT, Fabric, build_fabric
-from ingest.simulator.faults import FaultPlan, plan_faults
-from ingest.simulator.scenario import Scenario
-from ingest.simulator.traffic import NS, ActivityRun, Flows, job_activities
-from schemas import topics
-from schemas.messages import Phase, Snapshot
-from schemas.trace import TraceWriter
+from fabricwatch.ingest.simulator.congestion import solve
+from fabricwatch.ingest.simulator.counters import NIC_TABLE, SWITCH_TABLE, Bank, Rates, Table, rates
+from fabricwatch.ingest.simulator.fabric import NIC_PORT, Fabric, build_fabric
+from fabricwatch.ingest.simulator.faults import FaultPlan, plan_faults
+from fabricwatch.ingest.simulator.scenario import Scenario
+from fabricwatch.ingest.simulator.traffic import NS, ActivityRun, Flows, job_activities
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import Phase, Snapshot
+from fabricwatch.schemas.trace import TraceWriter
 
 SOURCE = "sim"
 STATE_CACHE = 256  # distinct fabric states kept solved; bursty scenarios revisit a few states

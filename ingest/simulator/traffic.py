@@ -12,10 +12,9 @@ import hashlib
 from dataclasses import dataclass
 
 import numpy as np
-
-from ingest.simulator.fabric import Fabric
-from ingest.simulator.scenario import HostSelection, Scenario
-from schemas.messages import Phase
+from fabricwatch.ingest.simulator.fabric import Fabric
+from fabricwatch.ingest.simulator.scenario import HostSelection, Scenario
+from fabricwatch.schemas.messages import Phase
 
 NS = 1_000_000_000
 

@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from schemas import topics
-from schemas.trace import TraceReader, TraceWriter
-from streams.kafka_io import BrokerSettings, Publisher, PublisherStats, ensure_topics
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.trace import TraceReader, TraceWriter
+from fabricwatch.streams.kafka_io import BrokerSettings, Publisher, PublisherStats, ensure_topics
 
 TRAFFIC = [topics.TOPOLOGY, topics.PHASES, topics.COUNTERS]
 

@@ -22,8 +22,7 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 import requests
-
-from schemas.messages import Anomaly, DecodeError, RootCause, decode
+from fabricwatch.schemas.messages import Anomaly, DecodeError, decode
 
 PLUGIN_TYPE = "grafana-clickhouse-datasource"
 DATASOURCE_UID = "fabricwatch-clickhouse"
@@ -115,13 +114,13 @@ def datasource_model(
 
 def dashboard_names() -> list[str]:
     """The shipped dashboards (package data, so an installed fabricwatch finds them)."""
-    folder = resources.files("fabricwatch").joinpath("grafana_assets", "dashboards")
+    folder = resources.files("fabricwatch.dashboards").joinpath("grafana", "dashboards")
     return sorted(p.name for p in folder.iterdir() if p.name.endswith(".json"))
 
 
 def load_dashboards(datasource_uid: str = DATASOURCE_UID) -> list[dict]:
     """The shipped dashboards with every ClickHouse datasource reference pointed at ``datasource_uid``."""
-    folder = resources.files("fabricwatch").joinpath("grafana_assets", "dashboards")
+    folder = resources.files("fabricwatch.dashboards").joinpath("grafana", "dashboards")
     return [
         _bind_datasource(json.loads(folder.joinpath(name).read_text()), datasource_uid)
         for name in dashboard_names()
@@ -419,37 +418,6 @@ def read_anomalies(path: Path) -> list[Anomaly]:
             except DecodeError as exc:
                 raise ValueError(f"{path}:{n}: not an anomaly event: {exc}") from None
     return events
-
-
-def anomalies_from_store(store: Any, since_ns: int | None = None) -> list[Anomaly]:
-    """Each incident's newest state from the ClickHouse store (``anomalies_latest``), so a push
-    after a replay, or from cron in production, annotates what the store holds."""
-    where = f" WHERE coalesce(end_ns, ts_ns) >= {int(since_ns)}" if since_ns is not None else ""
-    rows = store.query(
-        "SELECT fingerprint, kind, severity, status, start_ns, ts_ns, end_ns, root_device, root_port, "
-        "root_priority, root_group, summary, hint, devices, hosts, jobs, collectives, evidence "
-        f"FROM anomalies_latest FINAL{where} ORDER BY start_ns"
-    )
-    return [
-        Anomaly(
-            fingerprint=r[0],
-            kind=r[1],
-            severity=r[2],
-            status=r[3],
-            start_ns=int(r[4]),
-            ts_ns=int(r[5]),
-            end_ns=None if r[6] is None else int(r[6]),
-            root=RootCause(device=r[7], port=r[8], priority=r[9], group=r[10]),
-            summary=r[11],
-            hint=r[12],
-            devices=list(r[13]),
-            hosts=list(r[14]),
-            jobs=list(r[15]),
-            collectives=list(r[16]),
-            evidence=json.loads(r[17]) if r[17] else {},
-        )
-        for r in rows
-    ]
 
 
 def _comparable(dashboard: dict) -> dict:

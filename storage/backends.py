@@ -24,8 +24,7 @@ from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
 
 import numpy as np
-
-from schemas.clickhouse import Dialect
+from fabricwatch.storage.schema import Dialect
 
 Columns = dict[str, Any]
 """Column name → numpy array, ``Labels``, or list (of str, None-able values, lists), equal lengths."""

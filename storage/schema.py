@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from schemas.messages import PORT_RATE_COLUMNS
+from fabricwatch.schemas.messages import PORT_RATE_COLUMNS
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

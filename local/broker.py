@@ -13,7 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from streams.processes import stop_process, wait_listening
+from fabricwatch.local.processes import stop_process, wait_listening
 
 
 class BrokerError(RuntimeError):

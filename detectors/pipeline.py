@@ -10,15 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from detectors.config import DetectorConfig
-from detectors.fabric import FabricMap
-from detectors.incidents import Correlator
-from detectors.outliers import OutlierStage
-from detectors.rates import RateFrame
-from detectors.stage1 import Stage1
-from detectors.ticks import Ticker
-from schemas import topics
-from schemas.messages import Anomaly, DecodeError, Label, Phase, Snapshot, Topology, decode
+from fabricwatch.detectors.config import DetectorConfig
+from fabricwatch.detectors.fabric import FabricMap
+from fabricwatch.detectors.incidents import Correlator
+from fabricwatch.detectors.outliers import OutlierStage
+from fabricwatch.detectors.rates import RateFrame
+from fabricwatch.detectors.stage1 import Stage1
+from fabricwatch.detectors.ticks import Ticker
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import Anomaly, DecodeError, Label, Phase, Snapshot, Topology, decode
 
 _EXPECTED = {
     topics.COUNTERS: Snapshot,

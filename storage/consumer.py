@@ -21,11 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from schemas import topics
-from schemas.messages import Anomaly, DecodeError, Phase, PortRates, Topology, decode
-from streams.clickhouse_backend import StoreError
-from streams.clickhouse_sink import DEFAULT_MAX_DELAY_S, DEFAULT_MAX_ROWS, Sink, SinkStats, Store
-from streams.kafka_io import BrokerSettings
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import Anomaly, DecodeError, Phase, PortRates, Topology, decode
+from fabricwatch.storage.backends import StoreError
+from fabricwatch.storage.sink import DEFAULT_MAX_DELAY_S, DEFAULT_MAX_ROWS, Sink, SinkStats, Store
+from fabricwatch.streams.kafka_io import BrokerSettings
 
 log = logging.getLogger(__name__)
 

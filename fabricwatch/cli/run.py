@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import sys
 import tempfile
 import threading
 import time
@@ -23,40 +25,67 @@ from typing import TextIO
 from kafka import KafkaConsumer, TopicPartition
 
 from fabricwatch import console
-from fabricwatch.broker_replay import PublishResult, publish_trace
-from ingest.simulator import load_scenario, simulate
-from schemas import topics
-from schemas.messages import Anomaly, DecodeError, decode, encode
-from streams.broker import EmbeddedBroker
-from streams.kafka_io import BrokerSettings, ensure_topics
-from streams.worker_process import WorkerProcess
+from fabricwatch.cli import options
+from fabricwatch.cli.simulate import add_scenario
+from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.local.broker import EmbeddedBroker
+from fabricwatch.local.workers import WorkerProcess
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import Anomaly, DecodeError, decode, encode
+from fabricwatch.streams.kafka_io import BrokerSettings, ensure_topics
+from fabricwatch.streams.traces import PublishResult, publish_trace
+
+HELP = "run the streaming pipeline: embedded broker, workers, a live simulated fabric"
+DESCRIPTION = """The streaming pipeline on one machine: the embedded broker (or yours), worker
+processes, the ClickHouse sink and, with --alerts, the alerter; a simulated fabric fed live, anomalies
+printed as the workers publish them, and the report of the run at the end."""
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    r = sub.add_parser(
-        "run", help="run the streaming pipeline: embedded broker, workers, a live simulated fabric"
-    )
-    r.add_argument("--broker", default=None, help="use this Kafka (HOST:PORT) instead of the embedded one")
-    r.add_argument("--broker-config", type=Path, default=None, help="YAML with a broker: section")
-    r.add_argument("--scenario", type=Path, default=None, help="scenario YAML (default: the demo)")
-    r.add_argument("--seed", type=int, default=None)
-    r.add_argument("--duration", type=float, default=None, help="simulated seconds (default: the scenario's)")
-    r.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    r = sub.add_parser("run", help=HELP, description=DESCRIPTION)
+    options.add_broker(r, "use this Kafka HOST:PORT instead of the embedded broker")
+    add_scenario(r)
     r.add_argument(
-        "--speed", type=float, default=10.0, help="simulated seconds per wall second (1 = real time)"
+        "--duration", type=float, default=None, help="simulated seconds (default: the scenario's duration)"
     )
-    r.add_argument("--config", type=Path, default=None, help="YAML with a detectors: section")
+    r.add_argument("--workers", type=int, default=1, help="worker processes (default: 1)")
+    r.add_argument(
+        "--speed",
+        type=float,
+        default=10.0,
+        help="simulated seconds per wall second, 1 = real time (default: 10)",
+    )
+    options.add_config(r)
     r.add_argument("--json", action="store_true", help="print anomaly events as JSON lines")
+    options.add_store(r, options.DEFAULT_STORE, can_skip=True)
     r.add_argument(
-        "--data-dir", type=Path, default=Path("fabricwatch-data"), help="embedded ClickHouse store"
+        "--report",
+        type=Path,
+        default=Path("fabricwatch-report"),
+        help="directory of the report written at the end (default: fabricwatch-report)",
     )
     r.add_argument(
-        "--clickhouse", default=None, help="store in a server instead: clickhouse://user@host:9000/db"
+        "--alerts", type=Path, default=None, help="config file whose alerts: section to deliver alerts by"
     )
-    r.add_argument("--no-store", action="store_true", help="no sink, no report")
-    r.add_argument("--report", type=Path, default=Path("fabricwatch-report"), help="report directory")
-    r.add_argument("--alerts", type=Path, default=None, help="YAML with an alerts: section: deliver alerts")
-    return r
+
+
+def run(args: argparse.Namespace) -> int:
+    given = args.broker or os.environ.get("FABRICWATCH_BROKER")
+    settings = options.broker_settings(args) if given else None
+    result = run_pipeline(settings, args.scenario or options.default_scenario(), args, sys.stdout)
+    if args.json:
+        return 0
+    print("\nIncidents", file=sys.stdout)
+    console.print_incidents(result.anomalies, sys.stdout)
+    st = result.published.stats
+    print(
+        f"\n{result.published.records} records published ({st.failed} failed, {st.dropped} dropped), "
+        f"{len(result.anomalies)} anomaly events, {result.wall_s:.1f} s",
+        file=sys.stdout,
+    )
+    if result.stored:
+        print(f"stored in {result.stored}; report: {result.report[-1]}", file=sys.stdout)
+    return 0
 
 
 @dataclass
@@ -97,7 +126,7 @@ def run_pipeline(
         stats = simulate(load_scenario(scenario, overrides), trace, args.seed)
         for w in workers:
             w.wait_ready()
-        store = None if args.no_store else stack.enter_context(_Store(args.clickhouse or args.data_dir))
+        store = None if args.no_store else stack.enter_context(_Store(options.store_target(args)))
         if store is not None:
             stack.enter_context(_Background("sink", _sink, settings, store))
         if args.alerts is not None:
@@ -236,7 +265,7 @@ class _Store:
     allows one open data directory per process)."""
 
     def __init__(self, target: str | Path) -> None:
-        from streams.clickhouse_sink import Store
+        from fabricwatch.storage.sink import Store
 
         self.target = target
         self.store = Store.open(target)
@@ -254,14 +283,14 @@ _GROUP_TIMEOUTS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000, "m
 
 
 def _sink(stop: threading.Event, settings: BrokerSettings, store: _Store) -> None:
-    from streams.clickhouse_consumer import run_sink
+    from fabricwatch.storage.consumer import run_sink
 
     run_sink(settings, store.store, "fabricwatch-sink", stop=stop, consumer_options=_GROUP_TIMEOUTS)
 
 
 def _alerts(stop: threading.Event, settings: BrokerSettings, config: Path) -> None:
-    from alerts.config import load_alerts_config
-    from alerts.consumer import run_consumer
+    from fabricwatch.alerts.config import load_alerts_config
+    from fabricwatch.alerts.consumer import run_consumer
 
     run_consumer(settings, load_alerts_config(config), stop, consumer_options=_GROUP_TIMEOUTS)
 
@@ -270,7 +299,7 @@ def _wait_stored(settings: BrokerSettings, timeout_s: float = 60.0) -> None:
     """Until the sink's group has committed every message of the topics it stores."""
     from kafka import KafkaAdminClient
 
-    from streams.clickhouse_consumer import SINK_TOPICS
+    from fabricwatch.storage.consumer import SINK_TOPICS
 
     admin = KafkaAdminClient(**settings.kafka_kwargs())
     consumer = KafkaConsumer(**settings.kafka_kwargs(), enable_auto_commit=False)
@@ -289,8 +318,8 @@ def _wait_stored(settings: BrokerSettings, timeout_s: float = 60.0) -> None:
 
 
 def _report(target: str | Path, out_dir: Path, start_ns: int) -> list[Path]:
-    from fabricwatch.report import write_report
-    from streams.clickhouse_sink import Store
+    from fabricwatch.dashboards.report import write_report
+    from fabricwatch.storage.sink import Store
 
     with Store.open(target) as store:
         return write_report(store, out_dir, start_ns)

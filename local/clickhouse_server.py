@@ -14,8 +14,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from streams.broker import free_port
-from streams.processes import stop_process, wait_listening
+from fabricwatch.local.broker import free_port
+from fabricwatch.local.processes import stop_process, wait_listening
 
 _CONFIG = """<?xml version="1.0"?>
 <yandex>

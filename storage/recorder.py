@@ -3,11 +3,11 @@ and anomalies go through the same batched ``Sink`` the Kafka consumer uses."""
 
 from __future__ import annotations
 
-from detectors.rates import RateFrame
-from detectors.summary import summarise
-from fabricwatch.pipeline import Pipeline
-from schemas.messages import Anomaly, Phase, Topology
-from streams.clickhouse_sink import Sink
+from fabricwatch.detectors.pipeline import Pipeline
+from fabricwatch.detectors.rates import RateFrame
+from fabricwatch.detectors.summary import summarise
+from fabricwatch.schemas.messages import Anomaly, Phase, Topology
+from fabricwatch.storage.sink import Sink
 
 
 class PipelineRecorder:

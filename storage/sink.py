@@ -28,10 +28,9 @@ from types import TracebackType
 from typing import Any, Self
 
 import numpy as np
-
-from schemas.clickhouse import LATEST_VERSION, SchemaOptions, bootstrap_ddl, migration_ddl
-from schemas.messages import PORT_RATE_COLUMNS, Anomaly, Phase, PortRates, Topology
-from streams.clickhouse_backend import Backend, Labels, StoreError, open_backend
+from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, Anomaly, Phase, PortRates, Topology
+from fabricwatch.storage.backends import Backend, Labels, StoreError, open_backend
+from fabricwatch.storage.schema import LATEST_VERSION, SchemaOptions, bootstrap_ddl, migration_ddl
 
 DEFAULT_DATA_DIR = Path("fabricwatch-data")
 DEFAULT_MAX_ROWS = 200_000

@@ -12,8 +12,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
-from streams.broker import free_port
-from streams.processes import stop_process
+from fabricwatch.local.broker import free_port
+from fabricwatch.local.processes import stop_process
 
 
 class WorkerProcess:
@@ -31,7 +31,7 @@ class WorkerProcess:
         cmd = [
             sys.executable,
             "-m",
-            "fabricwatch.cli",
+            "fabricwatch",
             "worker",
             "--broker",
             bootstrap,

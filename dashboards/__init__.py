@@ -1,0 +1,1 @@
+"""What people look at: Grafana dashboards and their push, and the offline HTML report."""

@@ -1,0 +1,264 @@
+"""``fabricwatch report``: PNG charts and an HTML index for a time range, read from the ClickHouse
+store, for people without Grafana (after a replay, in a post-mortem, attached to a ticket).
+
+It reads the same tables the dashboards do (``rates_raw``, ``anomalies_latest``, ``topology_ecmp``),
+so it works on a replay's chdb directory and on production data alike; for a range the raw table no
+longer holds (it keeps two days) it reads the finest rollup that has it. The charts:
+
+- one timeline per port of interest (anomaly roots first, then the most paused / busiest ports):
+  utilisation, pause time, ECN marks and queue depth, with the anomalies touching the port shaded;
+- ECMP member shares per group over time;
+- heatmaps of ports x time for transmit utilisation and pause time.
+
+Rates are bucketed so a chart has at most ``max_points`` points whatever the range, each drawn as a
+step over its bucket (a peak shows where it happened); matplotlib runs on its Agg backend.
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.dates as mdates
+import matplotlib.pyplot as plt
+import numpy as np
+from fabricwatch.storage import queries
+from fabricwatch.storage.queries import Grid, Incident, Series, Store, when
+
+DPI = 100
+KIND_COLOURS = {
+    "pfc_storm": "tab:red",
+    "incast": "tab:orange",
+    "ecmp_collapse": "tab:purple",
+    "outlier": "tab:gray",
+}
+
+
+def write_report(
+    store: Store,
+    out_dir: Path,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    *,
+    max_ports: int = 8,
+    max_groups: int = 6,
+    heatmap_ports: int = 40,
+    max_points: int = 600,
+    size_px: tuple[int, int] = (1200, 900),
+    resolution: str | None = None,
+) -> list[Path]:
+    """Write the charts and ``index.html`` into ``out_dir``; returns the files written (index last).
+
+    Without ``start_ns``/``end_ns`` the range is all the rates stored. ``resolution`` forces a table
+    (``rates_raw``, ``rates_10s``, ``rates_1m``, ``rates_1h``); by default the finest one with rates in
+    the range. Raises ValueError when the range holds no rates (nothing to draw is a mistake worth
+    saying, not an empty report)."""
+    src = queries.rates_source(store, start_ns, end_ns, resolution)
+    lo, hi = queries.time_range(store, src, start_ns, end_ns)
+    bucket_ns = queries.bucket_ns(store, src, lo, hi, max_points)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    incidents = queries.incidents(store, lo, hi)
+    written: list[Path] = []
+    ports = queries.ports_of_interest(store, src, lo, hi, incidents, max_ports)
+    for n, (device, port) in enumerate(ports, 1):
+        path = out_dir / f"port-{n:02d}-{_slug(device)}-{_slug(port)}.png"
+        series = queries.port_series(store, src, device, port, lo, hi, bucket_ns)
+        _port_timeline(series, device, port, incidents, path, size_px)
+        written.append(path)
+    shares = queries.ecmp_shares(store, src, lo, hi, bucket_ns, max_groups)
+    if shares:
+        written.append(_ecmp_chart(shares, incidents, out_dir / "ecmp-shares.png", size_px))
+    for metric, title, name in (
+        ("tx_util", "Transmit utilisation (fraction of line rate)", "heatmap-utilisation.png"),
+        ("rx_pause_frac", "Paused by peer (fraction of the interval)", "heatmap-pause.png"),
+    ):
+        grid = queries.heatmap_grid(store, src, metric, lo, hi, bucket_ns, heatmap_ports)
+        if grid is not None:
+            written.append(_heatmap_chart(grid, title, out_dir / name, size_px))
+    written.append(_index(out_dir, written, incidents, lo, hi))
+    return written
+
+
+# -- charts ---------------------------------------------------------------------------------------
+
+
+def _figure(size_px: tuple[int, int], rows: int) -> tuple[Any, Any]:
+    fig, axes = plt.subplots(rows, 1, figsize=(size_px[0] / DPI, size_px[1] / DPI), dpi=DPI, sharex=True)
+    return fig, np.atleast_1d(axes)
+
+
+def _save(fig: Any, path: Path) -> Path:
+    """Saved at exactly the figure's pixel size (no tight bounding box: the size is a promise)."""
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def _time_axis(ax: Any) -> None:
+    ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S", tz=UTC))
+    ax.set_xlabel("time (UTC)")
+
+
+def _shade(ax: Any, incidents: list[Incident], touches: Any) -> list[Incident]:
+    shown = []
+    for inc in incidents:
+        if touches(inc):
+            ax.axvspan(
+                np.datetime64(inc.start_ns, "ns"),
+                np.datetime64(inc.end_ns, "ns"),
+                color=KIND_COLOURS.get(inc.kind, "tab:gray"),
+                alpha=0.15,
+                lw=0,
+            )
+            shown.append(inc)
+    return shown
+
+
+def _port_timeline(
+    s: Series, device: str, port: str, incidents: list[Incident], path: Path, size_px: tuple[int, int]
+) -> Path:
+    fig, axes = _figure(size_px, 4)
+    c = s.columns
+    panels = (
+        ("utilisation", (("tx_util", "tx"), ("rx_util", "rx")), 100.0, "%"),
+        (
+            "pause time",
+            (("rx_pause_frac", "paused by peer (rx)"), ("tx_pause_frac", "pausing peer (tx)")),
+            100.0,
+            "%",
+        ),
+        ("ECN marks", (("ecn_marked_pps", "ECN-marked"),), 1.0, "packets/s"),
+        ("queue", (("queue_bytes_max", "occupancy"), ("watermark_bytes_max", "watermark")), 1e-3, "KB"),
+    )
+
+    def touches(inc: Incident) -> bool:
+        return (
+            (inc.root_device, inc.root_port) == (device, port)
+            or device in inc.devices
+            or inc.root_device == device
+        )
+
+    shown: list[Incident] = []
+    for ax, (title, lines, scale, unit) in zip(axes, panels, strict=True):
+        for name, label in lines:
+            values = c[name] * scale
+            if np.isfinite(values).any():
+                ax.plot(s.times, values, label=label, lw=1.2, drawstyle="steps-post")
+        if not ax.lines:
+            ax.text(
+                0.5, 0.5, "not reported by this device", transform=ax.transAxes, ha="center", color="gray"
+            )
+        ax.set_ylabel(f"{title}\n({unit})")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper right", fontsize="small")
+        shown = _shade(ax, incidents, touches)
+    title = f"{device}:{port}"
+    if shown:
+        title += "  —  " + "; ".join(f"{i.kind} ({i.severity}) root {i.root}" for i in shown[:3])
+    axes[0].set_title(title, fontsize="medium")
+    _time_axis(axes[-1])
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _ecmp_chart(shares: dict[str, dict[str, Series]], incidents: list[Incident], path: Path, size_px) -> Path:
+    fig, axes = _figure(size_px, len(shares))
+    for ax, (group, members) in zip(axes, shares.items(), strict=True):
+        for member, s in members.items():
+            ax.plot(s.times, s.columns["share"] * 100.0, label=member, lw=1.2, drawstyle="steps-post")
+        fair = 100.0 / len(members)
+        ax.axhline(fair, color="black", lw=0.8, ls="--")
+        ax.axhspan(fair * 0.75, fair * 1.25, color="tab:green", alpha=0.08, lw=0)
+        _shade(ax, incidents, lambda inc, g=group: inc.kind == "ecmp_collapse" and inc.root_group == g)
+        ax.set_ylabel(f"{group}\nshare (%)", fontsize="small")
+        ax.set_ylim(0, 100)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper right", fontsize="x-small", ncol=min(len(members), 4))
+    axes[0].set_title(
+        "ECMP member shares of group traffic (dashed: fair share; band: ±25%)", fontsize="medium"
+    )
+    _time_axis(axes[-1])
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _heatmap_chart(grid: Grid, title: str, path: Path, size_px: tuple[int, int]) -> Path:
+    fig, (ax,) = _figure(size_px, 1)
+    t0 = mdates.date2num(grid.times[0])
+    t1 = mdates.date2num(grid.times[-1] + np.timedelta64(grid.bucket_ns, "ns"))
+    image = ax.imshow(
+        np.ma.masked_invalid(grid.values),
+        aspect="auto",
+        interpolation="nearest",
+        cmap="inferno",
+        extent=(t0, t1, len(grid.rows) - 0.5, -0.5),
+        vmin=0,
+    )
+    ax.xaxis_date()
+    ax.set_yticks(range(len(grid.rows)))
+    ax.set_yticklabels(grid.rows, fontsize=max(4, min(9, 400 // max(len(grid.rows), 1))))
+    ax.set_title(title, fontsize="medium")
+    fig.colorbar(image, ax=ax, fraction=0.03, pad=0.01)
+    _time_axis(ax)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+# -- index ---------------------------------------------------------------------------------------
+
+
+def _index(out_dir: Path, charts: list[Path], incidents: list[Incident], lo: int, hi: int) -> Path:
+    rows = "\n".join(
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(str(v))}</td>"
+            for v in (
+                when(i.start_ns),
+                when(i.end_ns),
+                i.kind,
+                i.severity,
+                i.status,
+                i.root,
+                ", ".join(i.jobs),
+                i.summary,
+            )
+        )
+        + "</tr>"
+        for i in incidents
+    )
+    figures = "\n".join(
+        f'<h3>{html.escape(p.stem)}</h3>\n<a href="{html.escape(p.name)}"><img src="{html.escape(p.name)}" '
+        f'alt="{html.escape(p.stem)}" width="900"></a>'
+        for p in charts
+    )
+    text = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>fabricwatch report {when(lo)} – {when(hi)}</title>
+<style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:2px 6px;font-size:small}}</style></head>
+<body>
+<h1>fabricwatch report</h1>
+<p>{when(lo)} – {when(hi)} (UTC). {len(incidents)} incidents; shaded in the charts by kind:
+pfc_storm red, incast orange, ecmp_collapse purple, outlier grey.</p>
+<h2>Incidents</h2>
+<table><tr><th>start</th><th>end</th><th>kind</th><th>severity</th><th>status</th><th>root</th><th>jobs</th>
+<th>summary</th></tr>
+{rows}
+</table>
+<h2>Charts</h2>
+{figures}
+</body></html>
+"""
+    path = out_dir / "index.html"
+    path.write_text(text)
+    return path
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in text).strip("_") or "x"

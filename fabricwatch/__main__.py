@@ -1,0 +1,7 @@
+"""``python -m fabricwatch``: the same as the ``fabricwatch`` command."""
+
+import sys
+
+from fabricwatch.cli import main
+
+sys.exit(main())

@@ -1,0 +1,30 @@
+"""``fabricwatch alert``: anomalies from Kafka to webhooks."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fabricwatch.cli import options
+
+HELP = "consume fabric.anomalies and deliver alerts to webhooks"
+DESCRIPTION = """Consume fabric.anomalies and deliver Alertmanager v4 (or Slack) webhooks: routing,
+grouping timers, retries, HMAC signatures, silences, storm inhibition (docs/alerts.md). Runs until
+SIGINT/SIGTERM, then drains and commits."""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("alert", help=HELP, description=DESCRIPTION)
+    options.add_broker(p)
+    options.add_config(p, required=True, section="alerts")
+    p.add_argument(
+        "--group-id",
+        default="fabricwatch-alerts",
+        help="consumer group, where the offsets live (default: fabricwatch-alerts)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from fabricwatch.alerts.commands import run_alert
+
+    return run_alert(options.broker_settings(args), args.config, args.group_id, sys.stdout)

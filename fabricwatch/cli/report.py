@@ -1,0 +1,53 @@
+"""``fabricwatch report``: PNG charts and an HTML index from the store."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fabricwatch.cli import options
+from fabricwatch.storage.schema import ROLLUPS
+
+HELP = "write PNG charts and an HTML index from the ClickHouse store"
+DESCRIPTION = """Draw per-port timelines (utilisation, pause time, ECN, queue) with incidents shaded,
+ECMP member shares and port heatmaps from the store, and write an index.html, for people without
+Grafana."""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help=HELP, description=DESCRIPTION)
+    p.add_argument("--out", type=Path, required=True, help="directory for the PNGs and index.html")
+    options.add_store(p, options.DEFAULT_STORE)
+    p.add_argument(
+        "--start", default=None, help="ISO 8601 (UTC) or ns since the epoch (default: the first stored)"
+    )
+    p.add_argument(
+        "--end", default=None, help="ISO 8601 (UTC) or ns since the epoch (default: the last stored)"
+    )
+    p.add_argument("--ports", type=int, default=8, help="how many per-port timelines to draw (default: 8)")
+    p.add_argument(
+        "--resolution",
+        choices=["rates_raw", *ROLLUPS],
+        default=None,
+        help="table to draw from (default: the finest with rates in the range)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from fabricwatch.dashboards.report import write_report
+    from fabricwatch.storage.queries import parse_time
+    from fabricwatch.storage.sink import Store
+
+    if args.clickhouse is None and not args.data_dir.is_dir():
+        raise ValueError(f"--data-dir {args.data_dir}: no store there (replay or demo with a store first)")
+    with Store.open(options.store_target(args)) as store:
+        paths = write_report(
+            store,
+            args.out,
+            parse_time(args.start),
+            parse_time(args.end),
+            max_ports=args.ports,
+            resolution=args.resolution,
+        )
+    print(f"wrote {len(paths) - 1} charts and {paths[-1]}")
+    return 0

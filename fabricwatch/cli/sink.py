@@ -1,0 +1,82 @@
+"""``fabricwatch sink``: rates, anomalies, phases and topology from Kafka into ClickHouse."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+from fabricwatch.cli import options
+
+HELP = "store fabric.rates/anomalies/phases/topology from Kafka into ClickHouse"
+DESCRIPTION = """Consume fabric.rates, fabric.anomalies, fabric.phases and fabric.topology and insert
+them in batches into ClickHouse (chdb or a server), committing offsets only after each insert. Runs
+until SIGINT/SIGTERM (or --idle-exit), then stores and commits what it holds."""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sink", help=HELP, description=DESCRIPTION)
+    options.add_broker(p)
+    options.add_config(p, section="broker")
+    options.add_store(p, options.DEFAULT_STORE)
+    p.add_argument(
+        "--group-id",
+        default="fabricwatch-sink",
+        help="consumer group, where the offsets live (default: fabricwatch-sink)",
+    )
+    p.add_argument(
+        "--rebalance-timeout",
+        type=float,
+        default=60.0,
+        help="seconds: consumer-group rebalance and max poll interval; the session timeout is at most "
+        "10 s (default: 60)",
+    )
+    p.add_argument(
+        "--max-rows",
+        type=int,
+        default=200_000,
+        help="insert when this many rows are buffered (default: 200000)",
+    )
+    p.add_argument(
+        "--max-delay", type=float, default=5.0, help="... or when the oldest waited this long, s (default: 5)"
+    )
+    p.add_argument(
+        "--idle-exit",
+        type=float,
+        default=None,
+        help="stop after this many seconds without a record (default: run until stopped)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from fabricwatch.storage.consumer import run_sink
+    from fabricwatch.storage.sink import Store
+
+    settings = options.broker_settings(args)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with Store.open(options.store_target(args)) as store:
+        print(
+            f"storing into {store.where} from {settings.bootstrap} (group {args.group_id})", file=sys.stderr
+        )
+        timeout_ms = int(args.rebalance_timeout * 1000)
+        session_ms = min(timeout_ms, 10_000)
+        consumer_options = {
+            "max_poll_interval_ms": timeout_ms,
+            "session_timeout_ms": session_ms,
+            "heartbeat_interval_ms": min(3000, session_ms // 3),
+        }
+        run_sink(
+            settings,
+            store,
+            args.group_id,
+            args.max_rows,
+            args.max_delay,
+            stop,
+            args.idle_exit,
+            consumer_options=consumer_options,
+            report=print,
+        )
+    return 0

@@ -1,0 +1,67 @@
+"""``fabricwatch worker``: one streaming worker process (both stages; Faust spreads partitions)."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from fabricwatch.cli import options
+from fabricwatch.streams.kafka_io import BrokerSettings, ensure_topics
+
+HELP = "run a streaming worker (stage 1 and stage 2) against Kafka"
+DESCRIPTION = """One streaming worker (Faust): stage 1 on fabric.counters, stage 2 on fabric.symptoms,
+anomalies to fabric.anomalies, bad input to fabric.deadletter with its reason; /ready, /healthz and
+/metrics on --web-port (docs/streaming.md). Runs until SIGTERM or Ctrl-C."""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    w = sub.add_parser("worker", help=HELP, description=DESCRIPTION)
+    options.add_broker(w)
+    options.add_config(w)
+    options.add_model(w)
+    w.add_argument(
+        "--web-bind", default="127.0.0.1", help="address of /ready, /healthz, /metrics (default: 127.0.0.1)"
+    )
+    w.add_argument(
+        "--web-port", type=int, default=6066, help="port of /ready, /healthz, /metrics (default: 6066)"
+    )
+    w.add_argument(
+        "--state-dir", type=Path, default=None, help="Faust's state directory (default: a temporary one)"
+    )
+    w.add_argument(
+        "--session-timeout",
+        type=float,
+        default=10.0,
+        help="seconds before a dead worker's partitions move to another (default: 10)",
+    )
+    w.add_argument(
+        "--loglevel", default="warn", choices=["debug", "info", "warn", "error"], help="(default: warn)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_worker(options.broker_settings(args), args)
+
+
+def run_worker(settings: BrokerSettings, args: argparse.Namespace) -> int:
+    """Run until SIGTERM or Ctrl-C; Faust then commits what was processed and leaves the group."""
+    import faust
+
+    from fabricwatch.streams.faust_app import WorkerOptions, make_app
+
+    config = options.detector_config(args)
+    ensure_topics(settings)
+    with tempfile.TemporaryDirectory(prefix="fabricwatch-worker-") as tmp:
+        opts = WorkerOptions(
+            broker=settings,
+            config=config,
+            outliers=options.outlier_detector(args.model, config),
+            web_bind=args.web_bind,
+            web_port=args.web_port,
+            datadir=args.state_dir or Path(tmp),
+            session_timeout_s=args.session_timeout,
+        )
+        worker = faust.Worker(make_app(opts), loglevel=args.loglevel, quiet=True)
+        worker.execute_from_commandline()
+    return 0

@@ -1,0 +1,1 @@
+"""Local process supervision: the embedded broker, a ClickHouse server, worker processes."""
