@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
+
 from fabricwatch.alerts.matchers import parse_matchers
 from fabricwatch.alerts.payload import check_url_template
 from fabricwatch.alerts.routing import Route, RouteOpts, child_key

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
+
 from fabricwatch.alerts.config import ReceiverConfig
 from fabricwatch.alerts.payload import Notification, encode_body
 from fabricwatch.alerts.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign

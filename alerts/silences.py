@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
 from fabricwatch.alerts.matchers import Matcher, matches_all, parse_matchers
 from fabricwatch.schemas.config import ConfigError, convert, read_yaml
 

@@ -37,11 +37,10 @@ from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.detectors.summary import summarise
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.local.clickhouse_server import LocalClickHouse, server_binary
+from fabricwatch.replay import replay_trace
 from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, PortRates, decode, encode
 from fabricwatch.storage.schema import ROLLUPS
 from fabricwatch.storage.sink import Sink, Store
-
-from fabricwatch.replay import replay_trace
 
 PORTS = 64
 T0_NS = (time.time_ns() - 3600 * 10**9) // 10**9 * 10**9

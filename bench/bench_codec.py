@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
 from fabricwatch.schemas import topics, vocabulary
 from fabricwatch.schemas.messages import CounterSpec, Snapshot, decode, encode
 from fabricwatch.schemas.trace import TraceReader, TraceWriter

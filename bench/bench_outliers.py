@@ -22,16 +22,16 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
+
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.outliers import FeatureCollector, OutlierDetector, OutlierModel
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.detectors.stage1 import Stage1
 from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.replay import replay_trace
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Snapshot, Topology, decode
 from fabricwatch.schemas.trace import TraceReader
-
-from fabricwatch.replay import replay_trace
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 WIDE = {"fabric": {"leaves": 4, "spines": 4, "hosts_per_leaf": 60}, "duration": 60}

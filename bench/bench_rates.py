@@ -15,6 +15,7 @@ import resource
 import time
 
 import numpy as np
+
 from fabricwatch.detectors.rates import RateEngine
 from fabricwatch.detectors.stage1 import Stage1
 from fabricwatch.schemas.messages import CounterSpec, Snapshot, decode, encode

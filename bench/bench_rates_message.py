@@ -23,8 +23,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import fabricwatch.streams.stages as stages
 from bench_clickhouse import as_rows_of_numbers
+
+import fabricwatch.streams.stages as stages
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.detectors.summary import summarise

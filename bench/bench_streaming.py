@@ -30,6 +30,8 @@ import threading
 import time
 from pathlib import Path
 
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.local.broker import EmbeddedBroker
 from fabricwatch.local.workers import WorkerProcess
@@ -38,7 +40,6 @@ from fabricwatch.schemas.messages import Anomaly, Symptom, decode
 from fabricwatch.schemas.trace import TraceReader
 from fabricwatch.streams.kafka_io import BrokerSettings, ensure_topics
 from fabricwatch.streams.traces import publish_trace
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 

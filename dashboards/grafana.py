@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 import requests
+
 from fabricwatch.schemas.messages import Anomaly, DecodeError, decode
 
 PLUGIN_TYPE = "grafana-clickhouse-datasource"

@@ -27,6 +27,7 @@ matplotlib.use("Agg")
 import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
 import numpy as np
+
 from fabricwatch.storage import queries
 from fabricwatch.storage.queries import Grid, Incident, Series, Store, when
 

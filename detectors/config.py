@@ -45,6 +45,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
+
 from fabricwatch.schemas.config import ConfigFile
 
 

@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from fabricwatch.detectors.config import EcmpConfig
 from fabricwatch.detectors.evidence import evidence
 from fabricwatch.detectors.persistence import StreakTable

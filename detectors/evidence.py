@@ -1,4 +1,5 @@
-"""Evidence numbers for symptoms and anomalies: rounded, and only the ones that are known.
+"""Symptoms of one (port, priority) cell, and their evidence numbers: rounded, and only the ones
+that are known.
 
 A rate can be unknown (NaN) after a reset or a missing value; JSON has no NaN, and "unknown" is
 better said by leaving the number out than by writing a zero that reads as a measurement.
@@ -7,6 +8,12 @@ better said by leaving the number out than by writing a zero that reads as a mea
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+
+import numpy as np
+
+from fabricwatch.detectors.rates import RateFrame
+from fabricwatch.schemas.messages import Symptom
 
 
 def evidence(digits: int = 4, **values: float | int | str) -> dict[str, float | int | str]:
@@ -19,3 +26,29 @@ def evidence(digits: int = 4, **values: float | int | str) -> dict[str, float | 
         if math.isfinite(f):
             out[key] = int(f) if isinstance(v, int) else round(f, digits)
     return out
+
+
+def cell_symptom(
+    kind: str,
+    frame: RateFrame,
+    shape: tuple[int, ...],
+    flat: int,
+    priorities: np.ndarray,
+    since_ns: np.ndarray,
+    active: bool,
+    evidence_of: Callable[[int, int], dict[str, float | int | str]],
+) -> Symptom:
+    """The symptom of cell ``flat`` of a ports x priorities matrix of ``shape`` (the detectors keep
+    their streaks in such matrices and report cells by flat index); ``evidence_of(port, column)``
+    gives its evidence."""
+    p, q = np.unravel_index(flat, shape)
+    return Symptom(
+        kind=kind,  # type: ignore[arg-type]
+        device=frame.device,
+        port=frame.ports[p],
+        priority=int(priorities[q]),
+        ts_ns=frame.ts_ns,
+        start_ns=int(since_ns.flat[flat]),
+        active=active,
+        evidence=evidence_of(int(p), int(q)),
+    )

@@ -21,8 +21,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from fabricwatch.detectors.config import IncastConfig
-from fabricwatch.detectors.evidence import evidence
+from fabricwatch.detectors.evidence import cell_symptom, evidence
 from fabricwatch.detectors.persistence import StreakTable
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.schemas.messages import Symptom
@@ -67,27 +68,22 @@ class IncastDetector:
         streak.start(fed & ((streak.polls >= cfg.sustain_polls) | (congested & (hurting | whole_poll))))
         cleared = streak.stop(~congested)
 
-        def symptom(flat: int, active: bool) -> Symptom:
-            p, q = np.unravel_index(flat, congested.shape)
-            return Symptom(
-                kind="incast",
-                device=frame.device,
-                port=frame.ports[p],
-                priority=int(queues[q]),
-                ts_ns=frame.ts_ns,
-                start_ns=int(streak.since_ns.flat[flat]),
-                active=active,
-                evidence=evidence(
-                    queue_watermark_bytes=watermark[p, q],
-                    ecn_marked_pps=ecn[p, q] if ecn is not None else math.nan,
-                    egress_utilisation=tx[p] / line_Bps[p],
-                    fan_in_ports=int(fan_in[p]),
-                    drops_pps=drops[p, q] if drops is not None else math.nan,
-                    pausing_ingress=int(pausing),
-                ),
+        def proof(p: int, q: int) -> dict[str, float | int | str]:
+            return evidence(
+                queue_watermark_bytes=watermark[p, q],
+                ecn_marked_pps=ecn[p, q] if ecn is not None else math.nan,
+                egress_utilisation=tx[p] / line_Bps[p],
+                fan_in_ports=int(fan_in[p]),
+                drops_pps=drops[p, q] if drops is not None else math.nan,
+                pausing_ingress=int(pausing),
             )
 
-        return streak.report(cleared, symptom)
+        return streak.report(
+            cleared,
+            lambda i, active: cell_symptom(
+                "incast", frame, congested.shape, i, queues, streak.since_ns, active, proof
+            ),
+        )
 
     def _congested_throughout(
         self,

@@ -6,6 +6,7 @@ known to be unreliable (Meta's finding), so it only adds evidence and names host
 from __future__ import annotations
 
 import numpy as np
+
 from fabricwatch.detectors.evidence import evidence
 from fabricwatch.detectors.persistence import StreakTable
 from fabricwatch.detectors.rates import RateFrame

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+
 from fabricwatch.detectors.config import OutlierConfig
 from fabricwatch.detectors.evidence import evidence
 from fabricwatch.detectors.rates import Layout, RateFrame

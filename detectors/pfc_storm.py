@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from fabricwatch.detectors.config import PfcStormConfig
-from fabricwatch.detectors.evidence import evidence
+from fabricwatch.detectors.evidence import cell_symptom, evidence
 from fabricwatch.detectors.persistence import StreakTable
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.schemas.messages import Symptom
@@ -47,10 +48,18 @@ class PfcWatchdog:
         storm.start(storm.seconds >= self.config.detection_time_s)
         cleared = storm.stop(calm.seconds >= self.config.restoration_time_s)
 
+        tx = frame.port("tx_bytes")
+
+        def proof(p: int, q: int) -> dict[str, float | int | str]:
+            return evidence(
+                paused_fraction=paused_frac[p, q],
+                tx_utilisation=tx[p] / line_Bps[p] if tx is not None else math.nan,
+            )
+
         return storm.report(
             cleared,
-            lambda i, active: self._symptom(
-                frame, storm.since_ns.flat[i], i, prios, paused_frac, line_Bps, active
+            lambda i, active: cell_symptom(
+                "pfc_storm", frame, storming.shape, i, prios, storm.since_ns, active, proof
             ),
         )
 
@@ -75,32 +84,6 @@ class PfcWatchdog:
         queued = occupancy > 0
         silent = queue_tx < idle_Bps
         return paused & queued & silent
-
-    def _symptom(
-        self,
-        frame: RateFrame,
-        since_ns: int,
-        flat: int,
-        prios: np.ndarray,
-        paused_frac: np.ndarray,
-        line_Bps: np.ndarray,
-        active: bool,
-    ) -> Symptom:
-        port_i, prio_i = np.unravel_index(flat, paused_frac.shape)
-        tx = frame.port("tx_bytes")
-        return Symptom(
-            kind="pfc_storm",
-            device=frame.device,
-            port=frame.ports[port_i],
-            priority=int(prios[prio_i]),
-            ts_ns=frame.ts_ns,
-            start_ns=int(since_ns),
-            active=active,
-            evidence=evidence(
-                paused_fraction=paused_frac[port_i, prio_i],
-                tx_utilisation=tx[port_i] / line_Bps[port_i] if tx is not None else math.nan,
-            ),
-        )
 
 
 def _by_priority(frame: RateFrame, name: str, wanted: np.ndarray) -> np.ndarray:
@@ -149,20 +132,15 @@ class NicPauseStorm:
         storm.start(storm.seconds >= cfg.detection_time_s)
         cleared = storm.stop(calm.seconds >= cfg.restoration_time_s)
 
-        def symptom(flat: int, active: bool) -> Symptom:
-            p, k = np.unravel_index(flat, pausing.shape)
-            return Symptom(
-                kind="pfc_pausing",
-                device=frame.device,
-                port=frame.ports[p],
-                priority=int(prios[k]),
-                ts_ns=frame.ts_ns,
-                start_ns=int(storm.since_ns.flat[flat]),
-                active=active,
-                evidence=evidence(
-                    pausing_fraction=frac[p, k],
-                    storm_warnings=warned[p] if warned is not None else math.nan,
-                ),
+        def proof(p: int, k: int) -> dict[str, float | int | str]:
+            return evidence(
+                pausing_fraction=frac[p, k],
+                storm_warnings=warned[p] if warned is not None else math.nan,
             )
 
-        return storm.report(cleared, symptom)
+        return storm.report(
+            cleared,
+            lambda i, active: cell_symptom(
+                "pfc_pausing", frame, pausing.shape, i, prios, storm.since_ns, active, proof
+            ),
+        )

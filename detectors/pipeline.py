@@ -1,7 +1,8 @@
 """The whole detection path in one process: messages in (topic, key, time, bytes), anomalies out.
 
-This is what ``fabricwatch replay`` runs without a broker; the streaming workers split the same
-two stages across processes. Nothing here blocks or does I/O: a caller feeds records and collects
+This is what ``fabricwatch replay`` runs without a broker: ``Stage1`` and ``Stage2`` wired back to
+back. The streaming workers (``streams/stages.py``) run the same two classes in separate agents,
+with Kafka between them. Nothing here blocks or does I/O: a caller feeds records and collects
 anomalies, so tests and benchmarks drive it exactly like replay does.
 """
 
@@ -11,12 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fabricwatch.detectors.config import DetectorConfig
-from fabricwatch.detectors.fabric import FabricMap
-from fabricwatch.detectors.incidents import Correlator
 from fabricwatch.detectors.outliers import OutlierStage
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.detectors.stage1 import Stage1
-from fabricwatch.detectors.ticks import Ticker
+from fabricwatch.detectors.stage2 import Stage2
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Anomaly, DecodeError, Label, Phase, Snapshot, Topology, decode
 
@@ -62,8 +61,7 @@ class Pipeline:
 
     def __post_init__(self) -> None:
         self.stage1 = Stage1(self.config, self.outliers)
-        self.stage2 = Correlator(self.config.incidents)
-        self._ticker = Ticker(self.tick_s)
+        self.stage2 = Stage2(self.config, self.tick_s)
 
     def feed(self, topic: str, ts_ns: int, value: bytes, where: str = "") -> list[Anomaly]:
         """One record in; the anomalies (lifecycle events) it caused out."""
@@ -79,12 +77,12 @@ class Pipeline:
             self._dead_letter(where, topic, str(exc))
             return anomalies
         self._dispatch(msg)
-        self._ticker.seen(ts_ns)
+        self.stage2.seen(ts_ns)
         return anomalies
 
     def finish(self) -> list[Anomaly]:
         """Evaluate what is pending at the end of the input (the last poll's symptoms)."""
-        return self._tick(self._ticker.now_ns)
+        return self._tick(self.stage2.ticker.now_ns)
 
     def _dispatch(self, msg: Snapshot | Phase | Topology | Label) -> None:
         if isinstance(msg, Snapshot):
@@ -102,14 +100,14 @@ class Pipeline:
                 self.on_context(msg)
         elif isinstance(msg, Topology):
             self.stage1.set_topology(msg)
-            self.stage2.set_fabric(FabricMap(msg, self.config.default_link_gbps))
+            self.stage2.set_topology(msg)
             if self.on_context is not None:
                 self.on_context(msg)
         else:
             self.labels.append(msg)
 
     def _maybe_tick(self, ts_ns: int) -> list[Anomaly]:
-        due = self._ticker.due(ts_ns)
+        due = self.stage2.due(ts_ns)
         return [] if due is None else self._tick(due)
 
     def _tick(self, now_ns: int) -> list[Anomaly]:
@@ -117,7 +115,7 @@ class Pipeline:
         self.stats.symptoms += len(held)
         for s in held:
             self.stage2.on_symptom(s)
-        anomalies = self.stage2.tick(now_ns)
+        anomalies = self.stage2.evaluate(now_ns)
         self.stats.anomalies += len(anomalies)
         return anomalies
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from fabricwatch.schemas.messages import CounterSpec, Snapshot
 from fabricwatch.schemas.vocabulary import canonical
 

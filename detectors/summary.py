@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from fabricwatch.detectors.rates import Layout, RateFrame
 from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, PortRates
 

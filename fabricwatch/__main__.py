@@ -2,6 +2,6 @@
 
 import sys
 
-from fabricwatch.cli import main
+from fabricwatch.cli.main import main
 
 sys.exit(main())

@@ -17,6 +17,7 @@ from functools import cache
 from importlib import resources
 
 import msgspec
+
 from fabricwatch.schemas.messages import CounterSpec, DeviceKind, Snapshot
 from fabricwatch.schemas.vocabulary import CounterDef, canonical
 

@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any, BinaryIO, Self
 
 import msgspec
+
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Label, Message, decode, encode
 

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
 
 import numpy as np
+
 from fabricwatch.storage.schema import Dialect
 
 Columns = dict[str, Any]

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import numpy as np
+
 from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, Anomaly, RootCause
 from fabricwatch.storage.schema import ROLLUPS
 

@@ -1,4 +1,4 @@
-"""The ClickHouse schema: one generator, two dialects, versioned migrations.
+"""The ClickHouse schema: one generator of DDL, two dialects.
 
 The same DDL text serves chdb (the embedded engine, a current ClickHouse) and a server reached over
 the native protocol, which may be old: Debian ships 18.16, which has no TTL, no LowCardinality, no
@@ -11,9 +11,7 @@ Layout (Akvorado's pattern): ``rates_raw`` per port and poll with a short TTL, r
 (device, port) because every dashboard filters on them. Anomaly lifecycle events, phases and
 topology snapshots sit beside them. ``docs/storage.md`` describes every table and column.
 
-Versioning: ``MIGRATIONS`` is an ordered list; ``schema_version`` records what was applied, so
-applying twice changes nothing and a newer build upgrades an older database in place. A migration
-is never edited once released: a change is a new migration.
+The versions of this schema and how a database moves between them are in ``migrations.py``.
 
 ``cluster`` generates the sharded variant: every table ``ON CLUSTER``, the data in ``<name>_local``
 tables and a ``Distributed`` table under the plain name, so queries read the same names everywhere.
@@ -22,7 +20,6 @@ tables and a ``Distributed`` table under the plain name, so queries read the sam
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from fabricwatch.schemas.messages import PORT_RATE_COLUMNS
@@ -140,7 +137,7 @@ def _bucket(seconds: int, source: str = "rates_raw") -> str:
 RATE_METRICS = PORT_RATE_COLUMNS
 
 
-class _Gen:
+class DDL:
     """Statement builder for one dialect and set of options."""
 
     def __init__(self, dialect: Dialect, opts: SchemaOptions) -> None:
@@ -195,7 +192,7 @@ class _Gen:
         return f"{head}\nTO {self.local(target)}\nAS {select}"
 
 
-def _rates_raw(g: _Gen) -> list[str]:
+def rates_raw(g: DDL) -> list[str]:
     d = g.d
     cols = [
         f"ts {d.time_ms()}",
@@ -218,7 +215,7 @@ def _rates_raw(g: _Gen) -> list[str]:
     )
 
 
-def _rollup_v1(g: _Gen, name: str) -> list[str]:
+def rollup_v1(g: DDL, name: str) -> list[str]:
     """Schema v1's rollup (avg and max states, cascaded): what a v1 database holds before v3."""
     seconds, partition, ttl_opt = ROLLUPS[name]
     source = _V1_SOURCES[name]
@@ -272,7 +269,7 @@ its known values and its peak. Read them with plain ``sum``/``max`` and a ``GROU
 may be in several rows until a merge folds them): ``sum(m_sum) / sum(m_n)`` is the mean."""
 
 
-def _rollup_table(g: _Gen, name: str, table: str) -> list[str]:
+def _rollup_table(g: DDL, name: str, table: str) -> list[str]:
     """The v3 rollup ``name``, created as ``table`` (the name itself, or a staging name).
 
     Plain sums, counts and maxima rather than ``avgState``/``maxState``: a state column is
@@ -302,7 +299,7 @@ def _rollup_table(g: _Gen, name: str, table: str) -> list[str]:
     return g.table(table, cols, engine, order, partition, tail, shard_key="cityHash64(device)")
 
 
-def _rollup_view(g: _Gen, name: str) -> str:
+def _rollup_view(g: DDL, name: str) -> str:
     seconds = ROLLUPS[name][0]
     values = [f"sum({m}) AS {m}_sum, count({m}) AS {m}_n, max({m}) AS {m}_max" for m in RATE_METRICS]
     select = (
@@ -313,7 +310,7 @@ def _rollup_view(g: _Gen, name: str) -> str:
     return g.view(f"{name}_mv", name, select)
 
 
-def _backfill_from_v1(g: _Gen, name: str, table: str) -> str:
+def _backfill_from_v1(g: DDL, name: str, table: str) -> str:
     """v1 states → v3 columns. An average state keeps its mean but not how many values were known,
     so a metric known in a bucket counts the bucket's samples (exact unless some of that bucket's
     polls lacked the metric); a metric never known stays NULL with a count of 0 (an old server's
@@ -332,7 +329,7 @@ def _backfill_from_v1(g: _Gen, name: str, table: str) -> str:
     )
 
 
-def _rollups_v3(g: _Gen) -> list[str]:
+def rollups_v3(g: DDL) -> list[str]:
     """Replace the v1 rollups in place: detach their (cascaded) views, then for each rollup build
     the new table beside the old one, copy the old one's history in, drop the old table, rename
     the new one and attach its view."""
@@ -353,7 +350,7 @@ def _rollups_v3(g: _Gen) -> list[str]:
     return out
 
 
-def _device_latest(g: _Gen) -> list[str]:
+def device_latest(g: DDL) -> list[str]:
     """Last stored poll per device: what the sink reads to know where a device's stored data ends
     (its duplicate check) and what a dashboard reads for "last seen"."""
     cols = [f"device {g.d.lc()}", "ts_ns UInt64"]
@@ -391,7 +388,7 @@ def _anomaly_columns(d: Dialect) -> list[str]:
     ]
 
 
-def _anomalies(g: _Gen) -> list[str]:
+def anomaly_events(g: DDL) -> list[str]:
     return g.table(
         "anomaly_events",
         _anomaly_columns(g.d),
@@ -402,7 +399,7 @@ def _anomalies(g: _Gen) -> list[str]:
     )
 
 
-def _anomalies_latest(g: _Gen) -> list[str]:
+def anomalies_latest(g: DDL) -> list[str]:
     """Schema v2: one row per incident, its newest event (ReplacingMergeTree on ``ts_ns``), so
     "what is firing now" reads one small table with FINAL instead of grouping every event."""
     out = g.table(
@@ -422,7 +419,7 @@ def _anomalies_latest(g: _Gen) -> list[str]:
     return out
 
 
-def _phases(g: _Gen) -> list[str]:
+def phases(g: DDL) -> list[str]:
     d = g.d
     cols = [
         f"job {d.lc()}",
@@ -448,7 +445,7 @@ def _phases(g: _Gen) -> list[str]:
     )
 
 
-def _topology(g: _Gen) -> list[str]:
+def topology(g: DDL) -> list[str]:
     """One row per element per topology snapshot (``topo_ns`` its time): the current fabric is the
     rows of ``max(topo_ns)``, and a removed link disappears with the next snapshot."""
     d = g.d
@@ -478,78 +475,3 @@ def _topology(g: _Gen) -> list[str]:
     for name, (cols, order) in tables.items():
         out += g.table(name, head + cols, "ReplacingMergeTree", order, shard_key="topo_ns")
     return out
-
-
-def _v1(g: _Gen) -> list[str]:
-    out = _rates_raw(g)
-    for name in ROLLUPS:
-        out += _rollup_v1(g, name)
-    return out + _device_latest(g) + _anomalies(g) + _phases(g) + _topology(g)
-
-
-@dataclass(frozen=True)
-class Migration:
-    version: int
-    description: str
-    statements: Callable[[_Gen], list[str]]
-
-
-MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "rates_raw, rollups 10s/1m/1h, device_latest, anomaly_events, phases, topology", _v1),
-    Migration(2, "anomalies_latest: newest event per incident, backfilled", _anomalies_latest),
-    Migration(3, "rollups as plain sums, counts and maxima, each view reading raw rows", _rollups_v3),
-)
-LATEST_VERSION = MIGRATIONS[-1].version
-
-
-def bootstrap_ddl(dialect: Dialect, opts: SchemaOptions) -> list[str]:
-    """The database and the ``schema_version`` ledger, created before any migration."""
-    g = _Gen(dialect, opts)
-    db = f"CREATE DATABASE IF NOT EXISTS {opts.database}{g.on_cluster()}"
-    cols = ["version UInt32", "applied DateTime('UTC')", "description String"]
-    ledger = g.table("schema_version", cols, "ReplacingMergeTree", "version", shard_key="version")
-    return [db, *ledger]
-
-
-def migration_ddl(
-    dialect: Dialect, opts: SchemaOptions, after: int = 0, upto: int | None = None
-) -> list[tuple[Migration, list[str]]]:
-    """Migrations newer than ``after`` (up to ``upto``), each with its statements for this target."""
-    g = _Gen(dialect, opts)
-    last = LATEST_VERSION if upto is None else upto
-    return [(m, m.statements(g)) for m in MIGRATIONS if after < m.version <= last]
-
-
-def full_ddl(dialect: Dialect, opts: SchemaOptions | None = None) -> list[str]:
-    """Every statement for a fresh database, in order (what ``fabricwatch schema --print`` would show)."""
-    opts = opts or SchemaOptions()
-    out = bootstrap_ddl(dialect, opts)
-    g = _Gen(dialect, opts)
-    for m in MIGRATIONS:
-        out += m.statements(g)
-    return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m schemas.clickhouse [--cluster NAME] [--replicated] [--version 18.16]``: print the
-    DDL, e.g. to review it or to apply it to a sharded cluster by hand."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m schemas.clickhouse", description=main.__doc__)
-    parser.add_argument("--version", default="26.9", help="target server version (default: current)")
-    parser.add_argument("--database", default="fabricwatch")
-    parser.add_argument("--cluster", default=None, help="ON CLUSTER name: local tables + Distributed")
-    parser.add_argument("--replicated", action="store_true", help="Replicated* engines (with --cluster)")
-    args = parser.parse_args(argv)
-    try:
-        opts = SchemaOptions(database=args.database, cluster=args.cluster, replicated=args.replicated)
-        dialect = Dialect.parse(args.version)
-    except ValueError as exc:
-        parser.error(str(exc))
-    for statement in full_ddl(dialect, opts):
-        print(statement + ";\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -28,9 +28,11 @@ from types import TracebackType
 from typing import Any, Self
 
 import numpy as np
+
 from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, Anomaly, Phase, PortRates, Topology
 from fabricwatch.storage.backends import Backend, Labels, StoreError, open_backend
-from fabricwatch.storage.schema import LATEST_VERSION, SchemaOptions, bootstrap_ddl, migration_ddl
+from fabricwatch.storage.migrations import LATEST_VERSION, bootstrap_ddl, migration_ddl
+from fabricwatch.storage.schema import SchemaOptions
 
 DEFAULT_DATA_DIR = Path("fabricwatch-data")
 DEFAULT_MAX_ROWS = 200_000

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
+
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.config import ConfigFile
 

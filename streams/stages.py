@@ -13,12 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fabricwatch.detectors.config import DetectorConfig
-from fabricwatch.detectors.fabric import FabricMap
-from fabricwatch.detectors.incidents import Correlator
 from fabricwatch.detectors.outliers import OutlierStage
 from fabricwatch.detectors.stage1 import Stage1
+from fabricwatch.detectors.stage2 import Stage2
 from fabricwatch.detectors.summary import summarise
-from fabricwatch.detectors.ticks import Ticker
 from fabricwatch.schemas.messages import (
     Anomaly,
     DecodeError,
@@ -195,11 +193,9 @@ class Stage2Worker:
         expected_sources: Sequence[str] = (),
         step_s: float = 0.1,
     ) -> None:
-        self.config = config
         self.expected_sources = tuple(expected_sources)
         self._started: float | None = None
-        self.core = Correlator(config.incidents)
-        self.ticker = Ticker(tick_s)
+        self.core = Stage2(config, tick_s)
         self.stall_after_s = stall_after_s
         self.heartbeat_s = heartbeat_s
         self.startup_wait_s = startup_wait_s
@@ -212,7 +208,7 @@ class Stage2Worker:
         self._unevaluated = False
 
     def set_topology(self, topology: Topology) -> None:
-        self.core.set_fabric(FabricMap(topology, self.config.default_link_gbps))
+        self.core.set_topology(topology)
 
     def on_phase(self, phase: Phase) -> None:
         self.core.on_phase(phase)
@@ -277,7 +273,7 @@ class Stage2Worker:
         ):
             # Every input is read to its end: this poll's burst is complete, so evaluate it now
             # rather than when the next poll's first record arrives, a poll interval later.
-            fired += self.core.tick(self.ticker.force())
+            fired += self.core.evaluate_now()
             self._unevaluated = False
         return fired
 
@@ -300,9 +296,9 @@ class Stage2Worker:
         return fired
 
     def _tick_at(self, ts_ns: int) -> list[Anomaly]:
-        due = self.ticker.due(ts_ns)
-        self.ticker.seen(ts_ns)
+        due = self.core.due(ts_ns)
+        self.core.seen(ts_ns)
         if due is None:
             return []
         self._unevaluated = False
-        return self.core.tick(due)
+        return self.core.evaluate(due)

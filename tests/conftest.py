@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.detectors.summary import summarise
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.local.clickhouse_server import LocalClickHouse, server_binary
-
 from fabricwatch.replay import replay_trace
 
 _databases = itertools.count()

@@ -8,10 +8,9 @@ from pathlib import Path
 
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.replay import ReplayResult, replay_trace
 from fabricwatch.storage.recorder import PipelineRecorder
 from fabricwatch.storage.sink import Sink, Store
-
-from fabricwatch.replay import ReplayResult, replay_trace
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 

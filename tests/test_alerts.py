@@ -11,6 +11,9 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from fabricwatch.alerts.alerter import Alerter
 from fabricwatch.alerts.config import load_alerts_config, parse_alerts, parse_duration
 from fabricwatch.alerts.matchers import parse_matcher
@@ -19,8 +22,6 @@ from fabricwatch.alerts.signing import sign, verify
 from fabricwatch.alerts.silences import SilenceFile
 from fabricwatch.schemas.config import ConfigError
 from fabricwatch.schemas.messages import Anomaly, RootCause
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "alerts.md"
 T0 = 1_800_000_000.0
@@ -467,7 +468,7 @@ def test_secrets_come_from_env_or_files_and_never_show(tmp_path):
 def test_silence_command_writes_a_file_the_alerter_rereads(tmp_path, capsys):
     import time
 
-    from fabricwatch.cli import main
+    from fabricwatch.cli.main import main
 
     path = tmp_path / "silences.yaml"
     section = {

@@ -12,6 +12,7 @@ import subprocess
 from collections import Counter
 
 import pytest
+
 from fabricwatch.alerts.alerter import Alerter
 from fabricwatch.alerts.config import parse_alerts
 from fabricwatch.alerts.receiver import WebhookReceiver
@@ -251,9 +252,8 @@ def test_wall_clock_service_flushes_on_its_timer_thread():
 def test_replay_delivers_a_pfc_storm_from_firing_to_resolved_on_trace_time(tmp_path, capsys):
     from pathlib import Path
 
+    from fabricwatch.cli.main import main
     from fabricwatch.ingest.simulator import load_scenario, simulate
-
-    from fabricwatch.cli import main
 
     scenarios = Path(__file__).resolve().parent.parent / "scenarios"
     trace = tmp_path / "storm.trace"

@@ -6,6 +6,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.local.broker import EmbeddedBroker
 from fabricwatch.schemas import topics
@@ -79,7 +80,7 @@ def test_settings_from_file_and_environment_never_show_the_password(tmp_path):
 
 
 def test_cli_replays_to_the_broker_and_records_back(broker, tmp_path, capsys):
-    from fabricwatch.cli import main
+    from fabricwatch.cli.main import main
 
     trace = tmp_path / "t.trace"
     simulate(load_scenario(SCENARIOS / "incast.yaml", {"duration": 4}), trace)
@@ -102,9 +103,8 @@ def test_cli_replays_to_the_broker_and_records_back(broker, tmp_path, capsys):
 
 
 def test_unreachable_broker_is_a_clear_error(tmp_path, capsys):
+    from fabricwatch.cli.main import main
     from fabricwatch.local.broker import free_port
-
-    from fabricwatch.cli import main
 
     trace = tmp_path / "t.trace"
     simulate(load_scenario(SCENARIOS / "incast.yaml", {"duration": 2}), trace)

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from fabricwatch.local.broker import free_port
 from fabricwatch.local.clickhouse_server import LocalClickHouse, server_binary
 from fabricwatch.schemas.messages import Anomaly, Phase, PortRates, RootCause, Topology
 from fabricwatch.storage.backends import ServerAddress, StoreError
-from fabricwatch.storage.schema import LATEST_VERSION, MODERN, OLD_DEBIAN, SchemaOptions, full_ddl
+from fabricwatch.storage.migrations import LATEST_VERSION, full_ddl
+from fabricwatch.storage.schema import MODERN, OLD_DEBIAN, SchemaOptions
 from fabricwatch.storage.sink import Sink, Store
 
 ROLLUPS = ("rates_10s", "rates_1m", "rates_1h")
@@ -347,7 +349,7 @@ def test_unknown_and_missing_columns_from_another_build(tmp_path):
 
 
 def test_demo_stores_into_the_default_data_dir(tmp_path, monkeypatch, capsys):
-    from fabricwatch.cli import main
+    from fabricwatch.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["demo", "--quiet"]) == 0

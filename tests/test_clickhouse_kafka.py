@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+
 from fabricwatch.local.broker import EmbeddedBroker
 from fabricwatch.local.clickhouse_server import LocalClickHouse, server_binary
 from fabricwatch.schemas import topics
@@ -136,7 +137,7 @@ def test_the_sink_waits_out_a_server_outage_with_kafka_holding_the_backlog(broke
 
 
 def test_cli_sink_stores_what_the_broker_holds(broker, tmp_path, fabric_stream, capsys):
-    from fabricwatch.cli import main
+    from fabricwatch.cli.main import main
 
     publish(broker, fabric_stream)
     argv = [

@@ -6,15 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from ttar import extract_ttar
+
+from fabricwatch.cli.main import main
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.ingest.collect import discover, poll
 from fabricwatch.ingest.host_collector import EthtoolError
+from fabricwatch.replay import replay_trace
 from fabricwatch.schemas.messages import Snapshot, decode
 from fabricwatch.schemas.trace import TraceReader
-from ttar import extract_ttar
-
-from fabricwatch.cli import main
-from fabricwatch.replay import replay_trace
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SYSFS_TTAR = FIXTURES / "sysfs_infiniband_mlx5_0_counters_hw_counters_procfs_fixture.ttar"

@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
-from fabricwatch.cli import main
+
+from fabricwatch.cli.main import main
 from fabricwatch.detectors.config import DetectorConfig, load_config
 from fabricwatch.schemas.config import ConfigError
 from fabricwatch.streams.kafka_io import load_broker_settings

@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fake_grafana import FakeGrafana
+from replayed_store import replay_into_store
+
+from fabricwatch.cli.main import main
 from fabricwatch.dashboards.grafana import (
     DATASOURCE_UID,
     FOLDER_UID,
@@ -17,10 +21,6 @@ from fabricwatch.dashboards.grafana import (
 )
 from fabricwatch.dashboards.macros import ALL, QueryContext, expand
 from fabricwatch.storage.queries import anomalies_from_store
-from fake_grafana import FakeGrafana
-from replayed_store import replay_into_store
-
-from fabricwatch.cli import main
 
 DASHBOARDS = {d["uid"]: d for d in load_dashboards()}
 ASSETS = Path(__file__).resolve().parent.parent / "dashboards" / "grafana"

@@ -8,10 +8,10 @@ import shlex
 from pathlib import Path
 
 import yaml
-from fabricwatch.detectors.config import load_config
-from fabricwatch.streams.kafka_io import load_broker_settings
 
 from fabricwatch.cli import worker
+from fabricwatch.detectors.config import load_config
+from fabricwatch.streams.kafka_io import load_broker_settings
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 

@@ -6,6 +6,7 @@ Each test drives raw cumulative counters through the real rate engine, as a coll
 from __future__ import annotations
 
 import numpy as np
+
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.incidents import Correlator

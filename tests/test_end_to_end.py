@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.ingest.simulator import load_scenario, simulate
-
 from fabricwatch.replay import ReplayResult, replay_trace
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fabricwatch.cli import main
+from fabricwatch.cli.main import main
 from fabricwatch.evaluate import scenario_paths
 
 SUITE = Path(__file__).resolve().parent.parent / "scenarios" / "eval"

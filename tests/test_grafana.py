@@ -8,6 +8,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from fake_grafana import FakeGrafana
+
+from fabricwatch.cli.main import main
 from fabricwatch.dashboards.grafana import (
     DATASOURCE_UID,
     PLUGIN_TYPE,
@@ -20,9 +23,6 @@ from fabricwatch.dashboards.grafana import (
     resolve_auth,
 )
 from fabricwatch.schemas.messages import Anomaly, RootCause, encode
-from fake_grafana import FakeGrafana
-
-from fabricwatch.cli import main
 
 TARGET = parse_clickhouse_url("clickhouse://grafana@ch.example:9000/fabricwatch")
 

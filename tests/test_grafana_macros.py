@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+
 from fabricwatch.dashboards.macros import ALL, QueryContext, expand
 
 

@@ -11,6 +11,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+
 from fabricwatch.ingest.mapping import (
     build_combined_snapshot,
     build_snapshot,

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from fabricwatch.cli.main import main
 from fabricwatch.detectors.config import OutlierConfig
 from fabricwatch.detectors.evaluation import incidents_of
 from fabricwatch.detectors.outliers import FEATURES, ModelError, OutlierDetector, OutlierModel
@@ -17,8 +19,6 @@ from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.detectors.rates import Layout, RateFrame
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.ingest.simulator.counters import NIC_TABLE
-
-from fabricwatch.cli import main
 from fabricwatch.replay import ReplayResult, replay_trace
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"

@@ -11,11 +11,12 @@ import stat
 from pathlib import Path
 
 import pytest
+from ttar import extract_ttar
+
 from fabricwatch.ingest.host_collector import EthtoolError, collect_nic, detect_vendor, run_ethtool
 from fabricwatch.ingest.mapping import build_sonic_snapshot
 from fabricwatch.ingest.parsers import parse_ethtool_stats, parse_sonic_counters_db, read_sysfs_port
 from fabricwatch.schemas.messages import CounterSpec, Snapshot
-from ttar import extract_ttar
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MLX5_ETHTOOL = FIXTURES / "ethtool_mlx5_cx6dx_k5.15_xdp_filtered.txt"

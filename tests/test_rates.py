@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from fabricwatch.detectors.rates import RateEngine
 from fabricwatch.schemas.messages import CounterSpec, Snapshot
 from fabricwatch.schemas.vocabulary import max_rate
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 T0 = 1_700_000_000_000_000_000
 BYTES_MAX = max_rate("tx_bytes")

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
+
+from fabricwatch.cli.main import main
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import (
     CounterSpec,
@@ -18,8 +20,6 @@ from fabricwatch.schemas.messages import (
     Topology,
 )
 from fabricwatch.schemas.trace import TraceWriter
-
-from fabricwatch.cli import main
 
 T0 = 1_800_000_000_000_000_000
 COLS = [

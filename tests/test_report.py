@@ -9,11 +9,11 @@ import struct
 from pathlib import Path
 
 import pytest
-from fabricwatch.dashboards.report import write_report
-from fabricwatch.storage.queries import parse_time
 from replayed_store import replay_into_store
 
-from fabricwatch.cli import main
+from fabricwatch.cli.main import main
+from fabricwatch.dashboards.report import write_report
+from fabricwatch.storage.queries import parse_time
 
 
 @pytest.fixture(scope="module")

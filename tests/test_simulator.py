@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from fabricwatch.ingest.simulator import ScenarioError, load_scenario, simulate
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Label, Phase, Snapshot, Topology, decode

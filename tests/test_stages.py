@@ -8,16 +8,16 @@ import zlib
 from pathlib import Path
 
 import pytest
+
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.detectors.ticks import Ticker
 from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.replay import replay_trace
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Phase, PortRates, Symptom, Topology, Watermark, decode, encode
 from fabricwatch.schemas.trace import TraceReader
 from fabricwatch.streams.stages import Stage1Worker, Stage2Worker
-
-from fabricwatch.replay import replay_trace
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 PARTITIONS = 4

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from fabricwatch.detectors.rates import Layout, RateEngine, RateFrame
 from fabricwatch.detectors.summary import project, summarise
 from fabricwatch.ingest.simulator import load_scenario, simulate

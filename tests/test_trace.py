@@ -10,6 +10,7 @@ import typing
 from pathlib import Path
 
 import pytest
+
 from fabricwatch.schemas import messages, topics
 from fabricwatch.schemas.messages import CounterSpec, Label, Phase, RootCause, Snapshot
 from fabricwatch.schemas.trace import TraceFormatError, TraceReader, TraceRecord, TraceWriter, read_labels

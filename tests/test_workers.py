@@ -10,19 +10,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from kafka import KafkaConsumer, KafkaProducer
+
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.local.broker import EmbeddedBroker
 from fabricwatch.local.workers import WorkerProcess
+from fabricwatch.replay import replay_trace
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Anomaly, decode
 from fabricwatch.schemas.trace import TraceReader
 from fabricwatch.streams.kafka_io import BrokerSettings, ensure_topics
 from fabricwatch.streams.traces import publish_trace
-from kafka import KafkaConsumer, KafkaProducer
-
-from fabricwatch.replay import replay_trace
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 POLL_NS = 1_000_000_000

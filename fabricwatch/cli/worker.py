@@ -48,7 +48,8 @@ def run_worker(settings: BrokerSettings, args: argparse.Namespace) -> int:
     """Run until SIGTERM or Ctrl-C; Faust then commits what was processed and leaves the group."""
     import faust
 
-    from fabricwatch.streams.faust_app import WorkerOptions, make_app
+    from fabricwatch.streams.faust_app import make_app
+    from fabricwatch.streams.worker_context import WorkerOptions
 
     config = options.detector_config(args)
     ensure_topics(settings)

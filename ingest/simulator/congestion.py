@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from fabricwatch.ingest.simulator.fabric import Fabric
 from fabricwatch.ingest.simulator.faults import Condition
 from fabricwatch.ingest.simulator.traffic import Flows

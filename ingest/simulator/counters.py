@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 
 import numpy as np
+
 from fabricwatch.ingest.simulator.congestion import FabricState
 from fabricwatch.ingest.simulator.fabric import Fabric
 from fabricwatch.schemas.messages import CounterSpec

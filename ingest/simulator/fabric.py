@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from fabricwatch.ingest.simulator.scenario import FabricSpec
 from fabricwatch.schemas.messages import Device, EcmpGroup, Link, NicAttachment, Topology
 

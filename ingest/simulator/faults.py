@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from fabricwatch.ingest.simulator import scenario as sc_mod
 from fabricwatch.ingest.simulator.fabric import NIC_PORT, Fabric
 from fabricwatch.ingest.simulator.scenario import Scenario

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from fabricwatch.ingest.simulator.congestion import solve
 from fabricwatch.ingest.simulator.counters import NIC_TABLE, SWITCH_TABLE, Bank, Rates, Table, rates
 from fabricwatch.ingest.simulator.fabric import NIC_PORT, Fabric, build_fabric

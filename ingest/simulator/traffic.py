@@ -12,6 +12,7 @@ import hashlib
 from dataclasses import dataclass
 
 import numpy as np
+
 from fabricwatch.ingest.simulator.fabric import Fabric
 from fabricwatch.ingest.simulator.scenario import HostSelection, Scenario
 from fabricwatch.schemas.messages import Phase

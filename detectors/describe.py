@@ -1,0 +1,146 @@
+"""What an incident says: severity, evidence, summary and remediation hint per kind."""
+
+from __future__ import annotations
+
+from fabricwatch.detectors.fabric import FabricMap
+from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
+from fabricwatch.detectors.jobs import MANY_TO_ONE, JobAttribution
+from fabricwatch.detectors.roots import Roots
+from fabricwatch.schemas.messages import Symptom
+
+HINTS = {
+    "pfc_storm": (
+        "Inspect the root NIC and its host (stalled receiver, driver or PCIe hang); enable the switch "
+        "PFC watchdog and NIC pause-storm prevention so one stalled port cannot freeze the fabric."
+    ),
+    "incast": (
+        "Many-to-one traffic into one port: check the job's collective algorithm (NCCL_ALGO, PXN), "
+        "spread receivers, and DCQCN ECN thresholds / buffer headroom on that queue."
+    ),
+    "ecmp_collapse": (
+        "Few long flows hash onto few uplinks: raise NCCL_IB_QPS_PER_CONNECTION, put the QPN in the "
+        "ECMP hash (UDF / enhanced ECMP), or enable adaptive routing."
+    ),
+    "outlier": (
+        "This port's counters left their learned baseline and no rule names why: compare the listed "
+        "features with its peers (cable/optics errors, retransmissions, a NIC running below its rate)."
+    ),
+}
+_TREE_EDGES_SHOWN = 12
+
+
+class Describer:
+    def __init__(self, roots: Roots, jobs: JobAttribution) -> None:
+        self.roots = roots
+        self.jobs = jobs
+
+    @property
+    def fabric(self) -> FabricMap:
+        return self.roots.fabric
+
+    def describe(self, incident: Incident, group: Group, active: set[SymptomKey]) -> None:
+        """Fill in ``incident`` from its group; ``active`` holds the keys of every active symptom."""
+        members = group.members
+        incident.root = group.root
+        incident.devices |= {s.device for s in members}
+        latest = max(members, key=lambda s: s.ts_ns)
+        incident.evidence = dict(latest.evidence)
+        if incident.kind == "pfc_storm":
+            self._describe_storm(incident, members)
+        elif incident.kind == "incast":
+            self._describe_incast(incident, latest, active)
+        elif incident.kind == "ecmp_collapse":
+            self._describe_ecmp(incident, latest)
+        else:
+            self._describe_outlier(incident, group)
+
+    def _describe_storm(self, incident: Incident, members: list[Symptom]) -> None:
+        root = incident.root
+        host = self.fabric.host_of(root.device)
+        incident.hosts.add(host)
+        incident.severity = "critical"
+        paused = [s for s in members if s.kind == "pfc_storm"]
+        incident.evidence["paused_ports"] = len({(s.device, s.port) for s in paused})
+        incident.evidence["paused_devices"] = len({s.device for s in paused})
+        incident.evidence.update(self._pause_tree(paused))
+        self.jobs.attach(incident, {host}, incident.start_ns)
+        incident.summary = (
+            f"PFC storm on priority {root.priority} rooted at {root.device} port {root.port} "
+            f"(host {host}): {incident.evidence['paused_ports']} ports paused on "
+            f"{incident.evidence['paused_devices']} devices"
+        )
+
+    def _pause_tree(self, paused: list[Symptom]) -> dict[str, int | str]:
+        """The propagation tree, hop by hop from the root: each paused port and the port pausing it."""
+        storming = {(s.device, s.port) for s in paused}
+        edges = []
+        for s in paused:
+            _, hops = self.roots.walk_to_root(s.device, s.port, storming)
+            peer = self.fabric.peer(s.device, s.port)
+            by = f"{peer[0]}:{peer[1]}" if peer else "?"
+            edges.append((hops, f"{s.device}:{s.port}<-{by}"))
+        edges.sort()
+        shown = [f"hop {h}: {e}" for h, e in edges[:_TREE_EDGES_SHOWN]]
+        if len(edges) > _TREE_EDGES_SHOWN:
+            shown.append(f"+{len(edges) - _TREE_EDGES_SHOWN} more")
+        return {"hops": max((h for h, _ in edges), default=0), "tree": "; ".join(shown)}
+
+    def _describe_incast(self, incident: Incident, latest: Symptom, active: set[SymptomKey]) -> None:
+        root = incident.root
+        receiver = self.fabric.host_behind(root.device, root.port)
+        if receiver:
+            incident.hosts.add(receiver)
+            nic = self.fabric.nic_behind(root.device, root.port)
+            if nic and any(k[0] == "ecn_received" and k[1] == nic for k in active):
+                incident.evidence["receiver_nic_ecn_cnp"] = "rising"
+        hurting = (
+            float(latest.evidence.get("drops_pps", 0)) > 0 or latest.evidence.get("pausing_ingress") == 1
+        )
+        incident.severity = "critical" if hurting else "warning"
+        self.jobs.attach(incident, {receiver} if receiver else set(), incident.start_ns, MANY_TO_ONE)
+        senders = sorted(incident.hosts - {receiver})
+        if senders:
+            incident.evidence["senders"] = len(senders)
+            incident.evidence["sender_hosts"] = capped(senders)
+            throttled = {self.fabric.host_of(k[1]) for k in active if k[0] == "cnp_received"}
+            incident.evidence["senders_receiving_cnp"] = len(throttled & set(senders))
+        job = f"; job {', '.join(incident.jobs)} {', '.join(incident.collectives)}" if incident.jobs else ""
+        incident.summary = (
+            f"Incast into {root.device} {root.port} queue {root.priority}"
+            f"{f' (host {receiver})' if receiver else ''}: peak queue "
+            f"{float(latest.evidence.get('queue_watermark_bytes', 0)) / 1e3:.0f} KB, "
+            f"{latest.evidence.get('fan_in_ports', '?')} ingress ports{job}"
+        )
+
+    def _describe_ecmp(self, incident: Incident, latest: Symptom) -> None:
+        root = incident.root
+        under = self.fabric.hosts_under(root.device)
+        incident.severity = (
+            "critical" if float(latest.evidence.get("hot_utilisation", 0)) >= 0.9 else "warning"
+        )
+        self.jobs.attach(incident, under, incident.start_ns, cross_from=under)
+        job = f"; job {', '.join(incident.jobs)}" if incident.jobs else ""
+        incident.summary = (
+            f"ECMP collapse on {root.group}: entropy {latest.evidence.get('entropy')}, "
+            f"max/mean {latest.evidence.get('max_over_mean')} ({latest.evidence.get('shares')}){job}"
+        )
+
+    def _describe_outlier(self, incident: Incident, group: Group) -> None:
+        own = [m for m in group.members if self.roots.outlier_root(m) == incident.root]
+        latest = max(own or group.members, key=lambda m: m.ts_ns)
+        root = incident.root
+        host = self.fabric.host_of(root.device)
+        if host != root.device:
+            incident.hosts.add(host)
+        self.jobs.attach(incident, incident.hosts, incident.start_ns)
+        features = latest.evidence.get("features", "")
+        echoes = sorted({self.fabric.host_of(m.device) for m in group.members if m not in own})
+        if echoes:
+            incident.evidence["retransmitting_peers"] = capped(echoes)
+            incident.hosts |= set(echoes)
+        incident.summary = f"Unusual counters on {root.device} {root.port}: {features}".rstrip(": ")
+
+
+def capped(names: list[str], shown: int = 8) -> str:
+    more = f" +{len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more

@@ -1,0 +1,89 @@
+"""The ``fabricwatch`` command: one module per subcommand, each with ``add_parser`` and ``run``.
+
+A new subcommand is a new module here and one line in ``COMMANDS``. Options shared by several
+subcommands are defined once, in ``options``. Modules import what is heavy (Kafka, Faust,
+ClickHouse, scikit-learn) inside ``run``, so ``--help`` and the light commands start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from types import ModuleType
+
+from fabricwatch import __version__
+from fabricwatch.cli import (
+    alert,
+    collect,
+    demo,
+    evaluate,
+    grafana,
+    record,
+    replay,
+    report,
+    run,
+    schema,
+    silence,
+    simulate,
+    sink,
+    train,
+    worker,
+)
+from fabricwatch.schemas.config import ConfigError
+from fabricwatch.schemas.trace import TraceFormatError
+
+COMMANDS: dict[str, ModuleType] = {
+    "simulate": simulate,
+    "replay": replay,
+    "demo": demo,
+    "run": run,
+    "worker": worker,
+    "sink": sink,
+    "alert": alert,
+    "silence": silence,
+    "report": report,
+    "grafana": grafana,
+    "record": record,
+    "collect": collect,
+    "schema": schema,
+    "train": train,
+    "evaluate": evaluate,
+}
+
+DESCRIPTION = """Streaming telemetry and anomaly detection for RoCE / InfiniBand AI training fabrics:
+NIC and switch counters in, incasts, PFC storms and ECMP collapse out, named by job, collective and
+root port. Start with `fabricwatch run` (everything on this machine) or `fabricwatch demo` (one
+process)."""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fabricwatch", description=DESCRIPTION)
+    p.add_argument("--version", action="version", version=f"fabricwatch {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in COMMANDS.values():
+        module.add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a subcommand; a usage, config, input or broker error is one line on stderr and exit 2."""
+    args = parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command].run(args)
+    except (ConfigError, TraceFormatError, ValueError, OSError) as exc:
+        print(f"fabricwatch {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        if _is_broker_error(exc):
+            print(
+                f"fabricwatch {args.command}: broker {getattr(args, 'broker', '')}: {exc!r}", file=sys.stderr
+            )
+            return 2
+        raise
+
+
+def _is_broker_error(exc: Exception) -> bool:
+    """A Kafka client error (no broker, timeouts, auth). Checked against the client's own error
+    class, and only when the client was loaded at all (it costs a quarter second to import)."""
+    errors = sys.modules.get("kafka.errors")
+    return errors is not None and isinstance(exc, errors.KafkaError)

@@ -1,0 +1,76 @@
+"""Versioned migrations of the ClickHouse schema.
+
+``MIGRATIONS`` is an ordered list; ``schema_version`` records what was applied, so applying twice
+changes nothing and a newer build upgrades an older database in place. A migration is never edited
+once released: a change is a new migration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fabricwatch.storage.schema import (
+    DDL,
+    ROLLUPS,
+    Dialect,
+    SchemaOptions,
+    anomalies_latest,
+    anomaly_events,
+    device_latest,
+    phases,
+    rates_raw,
+    rollup_v1,
+    rollups_v3,
+    topology,
+)
+
+
+def _v1(g: DDL) -> list[str]:
+    out = rates_raw(g)
+    for name in ROLLUPS:
+        out += rollup_v1(g, name)
+    return out + device_latest(g) + anomaly_events(g) + phases(g) + topology(g)
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    statements: Callable[[DDL], list[str]]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "rates_raw, rollups 10s/1m/1h, device_latest, anomaly_events, phases, topology", _v1),
+    Migration(2, "anomalies_latest: newest event per incident, backfilled", anomalies_latest),
+    Migration(3, "rollups as plain sums, counts and maxima, each view reading raw rows", rollups_v3),
+)
+LATEST_VERSION = MIGRATIONS[-1].version
+
+
+def bootstrap_ddl(dialect: Dialect, opts: SchemaOptions) -> list[str]:
+    """The database and the ``schema_version`` ledger, created before any migration."""
+    g = DDL(dialect, opts)
+    db = f"CREATE DATABASE IF NOT EXISTS {opts.database}{g.on_cluster()}"
+    cols = ["version UInt32", "applied DateTime('UTC')", "description String"]
+    ledger = g.table("schema_version", cols, "ReplacingMergeTree", "version", shard_key="version")
+    return [db, *ledger]
+
+
+def migration_ddl(
+    dialect: Dialect, opts: SchemaOptions, after: int = 0, upto: int | None = None
+) -> list[tuple[Migration, list[str]]]:
+    """Migrations newer than ``after`` (up to ``upto``), each with its statements for this target."""
+    g = DDL(dialect, opts)
+    last = LATEST_VERSION if upto is None else upto
+    return [(m, m.statements(g)) for m in MIGRATIONS if after < m.version <= last]
+
+
+def full_ddl(dialect: Dialect, opts: SchemaOptions | None = None) -> list[str]:
+    """Every statement for a fresh database, in order (what ``fabricwatch schema --print`` would show)."""
+    opts = opts or SchemaOptions()
+    out = bootstrap_ddl(dialect, opts)
+    g = DDL(dialect, opts)
+    for m in MIGRATIONS:
+        out += m.statements(g)
+    return out

@@ -1,0 +1,68 @@
+"""Topology and phases in a worker: small, and every worker needs all of them, so each worker reads
+them with its own group-less consumer (Faust would split them across workers like any topic)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import DecodeError, Phase, Topology, decode
+
+if TYPE_CHECKING:
+    from fabricwatch.streams.worker_context import Worker
+
+
+def wire(w: Worker, client_kwargs: dict[str, Any]) -> None:
+    @w.app.task
+    async def broadcast_inputs() -> None:
+        consumer = AIOKafkaConsumer(
+            **client_kwargs, enable_auto_commit=False, fetch_max_wait_ms=w.opts.fetch_max_wait_ms
+        )
+        await consumer.start()
+        try:
+            await _follow(consumer, w)
+        finally:
+            await consumer.stop()
+
+
+async def _follow(consumer: AIOKafkaConsumer, w: Worker) -> None:
+    """Read the latest topology and the recent phases, then follow both for as long as we run."""
+    await consumer.topics()  # metadata of every topic, not only of subscribed ones
+    tps = [
+        TopicPartition(t, p)
+        for t in (topics.TOPOLOGY, topics.PHASES)
+        for p in sorted(consumer.partitions_for_topic(t) or [])
+    ]
+    inputs = sorted(consumer.partitions_for_topic(topics.COUNTERS) or [])
+    w.stage2.expected_sources = tuple(f"{topics.COUNTERS}/{p}" for p in inputs)
+    consumer.assign(tps)
+    ends = await consumer.end_offsets(tps)
+    for tp in tps:
+        back = 1 if tp.topic == topics.TOPOLOGY else w.opts.phases_lookback
+        consumer.seek(tp, max(0, ends[tp] - back))
+    while True:
+        batch = await consumer.getmany(timeout_ms=100)
+        for records in batch.values():
+            for record in records:
+                _apply(record.topic, record.value, w)
+        if not w.progress.inputs_ready:
+            positions = [await consumer.position(tp) for tp in tps]
+            w.progress.inputs_ready = all(p >= ends[tp] for p, tp in zip(positions, tps, strict=True))
+
+
+def _apply(topic: str, value: bytes, w: Worker) -> None:
+    expected = Topology if topic == topics.TOPOLOGY else Phase
+    try:
+        msg = decode(value, expected)
+    except DecodeError as exc:
+        w.progress.dead_letter(str(exc))
+        return
+    if isinstance(msg, Topology):
+        w.stage1.set_topology(msg)
+        w.stage2.set_topology(msg)
+        w.topology_seen.set()
+    else:
+        w.stage2.on_phase(msg)
+    w.progress.processed(topic)

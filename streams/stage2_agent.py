@@ -1,0 +1,46 @@
+"""Stage 2 in a worker: ``fabric.symptoms`` in event-time order, anomaly lifecycle events out.
+
+Anomalies are keyed by fingerprint, a hash of kind and root: a redelivered incident has the same
+fingerprint, so consumers remove duplicates by it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import faust
+
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import Anomaly, encode
+
+if TYPE_CHECKING:
+    from fabricwatch.streams.worker_context import Worker
+
+
+def wire(w: Worker) -> None:
+    app, opts = w.app, w.opts
+    anomalies = app.topic(topics.ANOMALIES)
+
+    async def publish(fired: list[Anomaly]) -> None:
+        for a in fired:
+            await anomalies.send(key=a.fingerprint.encode(), value=encode(a))
+        w.progress.processed("anomalies", len(fired))
+
+    @app.agent(app.topic(topics.SYMPTOMS))
+    async def stage2_agent(stream: faust.StreamT) -> None:
+        async for events in stream.take_events(opts.batch_max, within=opts.batch_within_s):
+            async with w.stage2_lock:
+                for event in events:
+                    channel = str(event.message.partition)
+                    fired, reason = w.stage2.feed(event.message.value, time.monotonic(), channel)
+                    if reason is not None:
+                        await w.dead_letter(event, reason)
+                    await publish(fired)
+            w.progress.processed("symptoms", len(events))
+
+    @app.timer(1.0)
+    async def stage2_idle() -> None:
+        """Time moves on for incidents when inputs go quiet (see Stage2Worker)."""
+        async with w.stage2_lock:
+            await publish(w.stage2.advance(time.monotonic()))

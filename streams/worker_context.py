@@ -1,0 +1,105 @@
+"""What the parts of one worker share: its options, stages, progress and processed offsets."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import faust
+from aiokafka.errors import KafkaError
+from faust.exceptions import ProducerSendError
+
+from fabricwatch.detectors.config import DetectorConfig
+from fabricwatch.detectors.outliers import OutlierStage
+from fabricwatch.schemas import topics
+from fabricwatch.streams.health import Progress
+from fabricwatch.streams.kafka_io import BrokerSettings
+from fabricwatch.streams.stages import DEFAULT_MAX_MESSAGE_BYTES, Keyed, Stage1Worker, Stage2Worker
+
+DEAD_LETTER_HEAD = 64 * 1024
+"""What is kept of a message too large for the dead-letter topic itself."""
+
+
+@dataclass
+class WorkerOptions:
+    broker: BrokerSettings
+    config: DetectorConfig = field(default_factory=DetectorConfig)
+    outliers: OutlierStage | None = None
+    app_id: str = "fabricwatch"
+    web_bind: str = "127.0.0.1"
+    web_port: int = 6066
+    datadir: Path = Path("/tmp/fabricwatch-worker")
+    batch_max: int = 500
+    batch_within_s: float = 0.02
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    session_timeout_s: float = 10.0
+    stall_after_s: float = 30.0
+    topology_wait_s: float = 5.0
+    fetch_max_wait_ms: int = 100
+    heartbeat_s: float = 0.2
+    """How often stage 1 tells stage 2 which partitions it has read to the end (latency at the end
+    of each poll's burst)."""
+    stall_source_s: float = 30.0
+    """An input partition with lag that stays this long without progress stops holding stage 2
+    back (see Stage2Worker); at least twice the session timeout, so a takeover loses nothing."""
+    phases_lookback: int = 10_000
+    """Phases re-read at start per partition: stage 2 only needs the ones still running."""
+
+
+@dataclass
+class Worker:
+    """What the agents, tasks and pages of one worker share: its stages, its progress and the
+    offsets it has processed. Built by ``make_app``; the wiring lives in ``stage1_agent``,
+    ``stage2_agent``, ``broadcast`` and ``web``."""
+
+    opts: WorkerOptions
+    app: faust.App
+    progress: Progress
+    stage1: Stage1Worker
+    stage2: Stage2Worker
+    stage1_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """A heartbeat's watermark must not overtake a batch's symptoms."""
+    stage2_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """One writer at a time keeps each incident's events in order."""
+    topology_seen: asyncio.Event = field(default_factory=asyncio.Event)
+    processed: dict[Any, int] = field(default_factory=dict)
+    """The last offset processed per counters partition (for the caught-up heartbeat)."""
+
+    def __post_init__(self) -> None:
+        self._deadletter = self.app.topic(topics.DEADLETTER)
+
+    async def send(self, topic: str, message: Keyed) -> None:
+        """Straight to the producer: the values are bytes already, and at one rates message per
+        snapshot Faust's channel layer (serialisers, callbacks) costs more than the send itself."""
+        await self.app.producer.send(topic, message.key, message.value, None, None, None)
+
+    async def dead_letter(self, event: Any, reason: str) -> None:
+        """The event's message to the dead-letter topic with its reason and origin in headers."""
+        m = event.message
+        self.progress.dead_letter(reason)
+        headers = [
+            ("reason", reason.encode()),
+            ("topic", m.topic.encode()),
+            ("partition", str(m.partition).encode()),
+            ("offset", str(m.offset).encode()),
+        ]
+        try:
+            await self._deadletter.send(key=m.key, value=m.value, headers=headers)
+        except ProducerSendError:
+            # Too big even for the dead-letter topic: keep its head, and say so.
+            headers.append(("truncated_from", str(len(m.value or b"")).encode()))
+            await self._deadletter.send(key=m.key, value=(m.value or b"")[:DEAD_LETTER_HEAD], headers=headers)
+
+    async def lag(self) -> int:
+        """Messages waiting on this worker's partitions."""
+        total = 0
+        for tp in self.app.consumer.assignment():
+            try:
+                position = await self.app.consumer.position(tp)
+            except KafkaError:  # revoked by a rebalance in the meantime
+                continue
+            if position is not None:
+                total += max(0, (self.app.consumer.highwater(tp) or 0) - position)
+        return total
