@@ -40,7 +40,8 @@ from fabricwatch.local.clickhouse_server import LocalClickHouse, server_binary
 from fabricwatch.replay import replay_trace
 from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, PortRates, decode, encode
 from fabricwatch.storage.schema import ROLLUPS
-from fabricwatch.storage.sink import Sink, Store
+from fabricwatch.storage.sink import Sink
+from fabricwatch.storage.store import Store
 
 PORTS = 64
 T0_NS = (time.time_ns() - 3600 * 10**9) // 10**9 * 10**9

@@ -94,3 +94,38 @@ class StreakTable:
         if streak is None or streak.polls.shape != shape:
             streak = self._streaks[device] = Streak.empty(shape)
         return streak
+
+
+class WindowPersistence:
+    """Per-port history of the last ``window`` polls as a bit mask (newest in bit 0), by slot."""
+
+    def __init__(self, persist: int, window: int) -> None:
+        self.persist, self.mask = persist, (1 << window) - 1
+        codes = range(1 << window)
+        self._count = np.array([bin(c).count("1") for c in codes], dtype=np.int64)
+        self._age = np.array([c.bit_length() for c in codes], dtype=np.int64)
+        self.history = np.zeros(0, dtype=np.int64)
+        self.active = np.zeros(0, dtype=bool)
+        self.since_ns = np.zeros(0, dtype=np.int64)
+
+    def grow(self, n: int) -> None:
+        extra = n - len(self.history)
+        if extra > 0:
+            self.history = np.r_[self.history, np.zeros(extra, dtype=np.int64)]
+            self.active = np.r_[self.active, np.zeros(extra, dtype=bool)]
+            self.since_ns = np.r_[self.since_ns, np.zeros(extra, dtype=np.int64)]
+
+    def step(
+        self, slots: np.ndarray, anomalous: np.ndarray, ts_ns: np.ndarray, dt_ns: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One poll of distinct slots; returns (active now, cleared now) for those rows. An outlier
+        starts at the beginning of the oldest anomalous poll still in the window."""
+        h = ((self.history[slots] << 1) | anomalous) & self.mask
+        self.history[slots] = h
+        was = self.active[slots]
+        start = (self._count[h] >= self.persist) & ~was
+        cleared = was & (h == 0)
+        self.since_ns[slots[start]] = ts_ns[start] - self._age[h[start]] * dt_ns[start]
+        now = (was | start) & ~cleared
+        self.active[slots] = now
+        return now, cleared

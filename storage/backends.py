@@ -350,3 +350,8 @@ def _redact(url: str) -> str:
     if u.password:
         return url.replace(f":{u.password}@", ":***@")
     return url
+
+
+def lit(text: str) -> str:
+    """A ClickHouse string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -24,7 +24,8 @@ from typing import Any
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Anomaly, DecodeError, Phase, PortRates, Topology, decode
 from fabricwatch.storage.backends import StoreError
-from fabricwatch.storage.sink import DEFAULT_MAX_DELAY_S, DEFAULT_MAX_ROWS, Sink, SinkStats, Store
+from fabricwatch.storage.sink import DEFAULT_MAX_DELAY_S, DEFAULT_MAX_ROWS, Sink, SinkStats
+from fabricwatch.storage.store import Store
 from fabricwatch.streams.kafka_io import BrokerSettings
 
 log = logging.getLogger(__name__)

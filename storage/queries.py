@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, Anomaly, RootCause
+from fabricwatch.storage.backends import lit
 from fabricwatch.storage.schema import ROLLUPS
 
 
@@ -269,11 +270,6 @@ GROUP BY name, t ORDER BY name, t
         if 0 <= col < len(times) and v is not None:
             grid[row_of[name], col] = float(v)
     return Grid(names, times.astype("datetime64[ns]"), bucket_ns, grid)
-
-
-def lit(text: str) -> str:
-    """A ClickHouse string literal."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def anomalies_from_store(store: Any, since_ns: int | None = None) -> list[Anomaly]:

@@ -18,122 +18,21 @@ The same key-check keeps anomaly events, phases and topology snapshots from bein
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
 import numpy as np
 
 from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, Anomaly, Phase, PortRates, Topology
-from fabricwatch.storage.backends import Backend, Labels, StoreError, open_backend
-from fabricwatch.storage.migrations import LATEST_VERSION, bootstrap_ddl, migration_ddl
-from fabricwatch.storage.schema import SchemaOptions
+from fabricwatch.storage.backends import Labels, StoreError, lit
+from fabricwatch.storage.columns import Interner, anomaly_columns, phase_columns, topology_columns
+from fabricwatch.storage.store import Store
 
-DEFAULT_DATA_DIR = Path("fabricwatch-data")
 DEFAULT_MAX_ROWS = 200_000
 DEFAULT_MAX_DELAY_S = 5.0
-
-
-class Store:
-    """A ClickHouse backend with the fabricwatch schema: open it, query it, hand it to a Sink."""
-
-    def __init__(self, backend: Backend, options: SchemaOptions) -> None:
-        self.backend = backend
-        self.options = options
-
-    @classmethod
-    def open(
-        cls,
-        target: str | Path = DEFAULT_DATA_DIR,
-        database: str = "fabricwatch",
-        cluster: str | None = None,
-        apply_schema: bool = True,
-    ) -> Store:
-        """``target``: a chdb data directory or ``clickhouse://user:pass@host:9000/db`` (the URL's
-        database wins over ``database``). The schema is applied (a no-op when current) unless told not."""
-        backend = open_backend(target, database)
-        try:
-            store = cls(backend, SchemaOptions(database=backend.database, cluster=cluster))
-            if apply_schema:
-                store.apply_schema()
-            elif store.schema_version() > 0:
-                backend.use_database()
-        except BaseException:
-            backend.close()
-            raise
-        return store
-
-    @property
-    def where(self) -> str:
-        return self.backend.where
-
-    @property
-    def database(self) -> str:
-        return self.options.database
-
-    def schema_version(self) -> int:
-        """The newest migration applied (0 for an empty database)."""
-        db = self.options.database
-        if not self.backend.query(
-            f"SELECT name FROM system.tables WHERE database = '{db}' AND name = 'schema_version'"
-        ):
-            return 0
-        rows = self.backend.query(f"SELECT max(version) FROM {db}.schema_version")
-        return int(rows[0][0] or 0) if rows else 0
-
-    def apply_schema(self, upto: int | None = None) -> list[int]:
-        """Create or upgrade in place to ``upto`` (default: the newest); return the versions applied."""
-        if upto is not None and not 1 <= upto <= LATEST_VERSION:
-            raise ValueError(f"schema version {upto}: this build knows 1 to {LATEST_VERSION}")
-        for sql in bootstrap_ddl(self.backend.dialect, self.options):
-            self.backend.execute(sql)
-        current = self.schema_version()
-        if current > LATEST_VERSION:
-            raise StoreError(
-                f"{self.where}: the database is at schema version {current}, newer than this build's "
-                f"{LATEST_VERSION}: use a newer fabricwatch"
-            )
-        if upto is not None and current > upto:
-            raise ValueError(f"the database is at schema version {current}, newer than {upto}")
-        applied = []
-        for migration, statements in migration_ddl(self.backend.dialect, self.options, current, upto):
-            for sql in statements:
-                self.backend.execute(sql)
-            self.backend.insert(
-                f"{self.options.database}.schema_version",
-                {
-                    "version": np.array([migration.version], dtype=np.uint32),
-                    "applied": np.array([np.datetime64(int(time.time()), "s")]),
-                    "description": [migration.description],
-                },
-            )
-            applied.append(migration.version)
-        self.backend.use_database()
-        return applied
-
-    def query(self, sql: str) -> list[tuple]:
-        """Rows of a SELECT as tuples (DateTime columns as timezone-aware datetimes)."""
-        return self.backend.query(sql)
-
-    def execute(self, sql: str) -> None:
-        self.backend.execute(sql)
-
-    def table(self, name: str) -> str:
-        return f"{self.options.database}.{name}"
-
-    def close(self) -> None:
-        self.backend.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 @dataclass
@@ -185,7 +84,7 @@ class Sink:
         self._phases: list[Phase] = []
         self._topologies: list[Topology] = []
         self._stored_until: dict[str, int] = {}
-        self._devices, self._kinds, self._ports = _Interner(), _Interner(), _Interner()
+        self._devices, self._kinds, self._ports = Interner(), Interner(), Interner()
         self._col_maps: dict[tuple[str, ...], np.ndarray] = {}
 
     # --- buffering -------------------------------------------------------------------------------
@@ -343,7 +242,7 @@ class Sink:
         one is a redelivery, whatever the raw table's TTL has since removed."""
         unknown = sorted({m[0] for m in msgs} - self._stored_until.keys())
         if unknown:
-            listed = ", ".join(_quote(d) for d in unknown)
+            listed = ", ".join(lit(d) for d in unknown)
             rows = self.store.query(
                 f"SELECT device, max(ts_ns) FROM {self.store.table('device_latest')} "
                 f"WHERE device IN ({listed}) GROUP BY device"
@@ -360,7 +259,7 @@ class Sink:
         return out, until
 
     def _insert_anomalies(self) -> None:
-        fps = ", ".join(sorted({_quote(a.fingerprint) for a in self._anomalies}))
+        fps = ", ".join(sorted({lit(a.fingerprint) for a in self._anomalies}))
         stored = {
             (f, int(t), s)
             for f, t, s in self.store.query(
@@ -377,34 +276,12 @@ class Sink:
         self.stats.duplicates_skipped += len(self._anomalies) - len(new)
         if not new:
             return
-        columns = {
-            "fingerprint": [a.fingerprint for a in new],
-            "kind": [a.kind for a in new],
-            "severity": [a.severity for a in new],
-            "status": [a.status for a in new],
-            "start": _times([a.start_ns for a in new]),
-            "ts": _times([a.ts_ns for a in new]),
-            "end": _times([a.end_ns for a in new]),
-            "start_ns": np.array([a.start_ns for a in new], dtype=np.uint64),
-            "ts_ns": np.array([a.ts_ns for a in new], dtype=np.uint64),
-            "end_ns": [a.end_ns for a in new],
-            "root_device": [a.root.device for a in new],
-            "root_port": [a.root.port for a in new],
-            "root_priority": [a.root.priority for a in new],
-            "root_group": [a.root.group for a in new],
-            "summary": [a.summary for a in new],
-            "hint": [a.hint for a in new],
-            "devices": [list(a.devices) for a in new],
-            "hosts": [list(a.hosts) for a in new],
-            "jobs": [list(a.jobs) for a in new],
-            "collectives": [list(a.collectives) for a in new],
-            "evidence": [json.dumps(a.evidence, sort_keys=True) for a in new],
-        }
+        columns = anomaly_columns(new)
         self.store.backend.insert(self.store.table("anomaly_events"), columns)
         self.stats.anomalies += len(new)
 
     def _insert_phases(self) -> None:
-        jobs = ", ".join(sorted({_quote(p.job) for p in self._phases}))
+        jobs = ", ".join(sorted({lit(p.job) for p in self._phases}))
         stored = {
             (j, c, o, int(b), int(e))
             for j, c, o, b, e in self.store.query(
@@ -421,19 +298,7 @@ class Sink:
         self.stats.duplicates_skipped += len(self._phases) - len(new)
         if not new:
             return
-        columns = {
-            "job": [p.job for p in new],
-            "comm": [p.comm for p in new],
-            "op": [p.op for p in new],
-            "begin": _times([p.begin_ns for p in new]),
-            "end": _times([p.end_ns for p in new]),
-            "begin_ns": np.array([p.begin_ns for p in new], dtype=np.uint64),
-            "end_ns": np.array([p.end_ns or 0 for p in new], dtype=np.uint64),
-            "bytes": np.array([p.bytes for p in new], dtype=np.uint64),
-            "hosts": [p.participants() for p in new],
-            "root_rank": [p.root_rank for p in new],
-            "source": [p.source for p in new],
-        }
+        columns = phase_columns(new)
         self.store.backend.insert(self.store.table("phases"), columns)
         self.stats.phases += len(new)
 
@@ -457,34 +322,7 @@ class Sink:
     def _insert_topology(self, topo: Topology) -> None:
         """Devices last: they are what the duplicate check reads, so a snapshot half-written
         before a failure is written again in full on the retry (its other tables are Replacing)."""
-        parts: dict[str, dict[str, list]] = {
-            "topology_links": {
-                "a_device": [x.a_device for x in topo.links],
-                "a_port": [x.a_port for x in topo.links],
-                "b_device": [x.b_device for x in topo.links],
-                "b_port": [x.b_port for x in topo.links],
-                "speed_gbps": [float(x.speed_gbps) for x in topo.links],
-            },
-            "topology_ecmp": {
-                "group_id": [g.id for g in topo.ecmp_groups for _ in g.members],
-                "device": [g.device for g in topo.ecmp_groups for _ in g.members],
-                "member": [m for g in topo.ecmp_groups for m in g.members],
-                "toward": [g.toward for g in topo.ecmp_groups for _ in g.members],
-            },
-            "topology_nics": {
-                "host": [n.host for n in topo.nics],
-                "nic": [n.nic for n in topo.nics],
-                "nic_port": [n.nic_port for n in topo.nics],
-                "leaf": [n.leaf for n in topo.nics],
-                "leaf_port": [n.leaf_port for n in topo.nics],
-            },
-            "topology_devices": {
-                "id": [d.id for d in topo.devices],
-                "kind": [d.kind for d in topo.devices],
-                "pod": [d.pod for d in topo.devices],
-                "host": [d.host for d in topo.devices],
-            },
-        }
+        parts = topology_columns(topo)
         for table, cols in parts.items():
             n = len(next(iter(cols.values())))
             if n == 0:
@@ -494,39 +332,3 @@ class Sink:
                 "ts": np.full(n, topo.ts_ns // 1_000_000_000, dtype="datetime64[s]"),
             }
             self.store.backend.insert(self.store.table(table), head | cols)
-
-
-class _Interner:
-    """Codes for repeated names (devices, ports), kept across batches; a port list is looked up
-    once per distinct list, not once per port."""
-
-    def __init__(self) -> None:
-        self.values: list[str] = []
-        self._code: dict[str, int] = {}
-        self._lists: dict[tuple[str, ...], np.ndarray] = {}
-
-    def code(self, name: str) -> int:
-        found = self._code.get(name)
-        if found is None:
-            found = self._code[name] = len(self.values)
-            self.values.append(name)
-        return found
-
-    def codes(self, names: list[str]) -> np.ndarray:
-        return np.fromiter((self.code(n) for n in names), dtype=np.int32, count=len(names))
-
-    def codes_of_list(self, names: list[str]) -> np.ndarray:
-        key = tuple(names)
-        found = self._lists.get(key)
-        if found is None:
-            found = self._lists[key] = self.codes(names)
-        return found
-
-
-def _times(ns: list[int | None]) -> list[datetime | None]:
-    """Nanoseconds → UTC datetimes (millisecond precision is what the columns keep)."""
-    return [None if t is None else datetime.fromtimestamp(t // 1_000_000 / 1000, UTC) for t in ns]
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -10,7 +10,8 @@ from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.replay import ReplayResult, replay_trace
 from fabricwatch.storage.recorder import PipelineRecorder
-from fabricwatch.storage.sink import Sink, Store
+from fabricwatch.storage.sink import Sink
+from fabricwatch.storage.store import Store
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 

@@ -16,7 +16,8 @@ from fabricwatch.schemas.messages import Anomaly, Phase, PortRates, RootCause, T
 from fabricwatch.storage.backends import ServerAddress, StoreError
 from fabricwatch.storage.migrations import LATEST_VERSION, full_ddl
 from fabricwatch.storage.schema import MODERN, OLD_DEBIAN, SchemaOptions
-from fabricwatch.storage.sink import Sink, Store
+from fabricwatch.storage.sink import Sink
+from fabricwatch.storage.store import Store
 
 ROLLUPS = ("rates_10s", "rates_1m", "rates_1h")
 ROLLUP_SECONDS = {"rates_10s": 10, "rates_1m": 60, "rates_1h": 3600}

@@ -14,7 +14,8 @@ from fabricwatch.local.clickhouse_server import LocalClickHouse, server_binary
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Anomaly, Phase, PortRates, Topology, encode
 from fabricwatch.storage.consumer import Backoff, StoreConsumer
-from fabricwatch.storage.sink import Sink, Store
+from fabricwatch.storage.sink import Sink
+from fabricwatch.storage.store import Store
 from fabricwatch.streams.kafka_io import BrokerSettings, Publisher, ensure_topics
 
 TANSU = {"session_timeout_ms": 6000, "max_poll_interval_ms": 6000, "heartbeat_interval_ms": 1000}

@@ -14,7 +14,8 @@ import pytest
 from fabricwatch.cli.main import main
 from fabricwatch.detectors.config import OutlierConfig
 from fabricwatch.detectors.evaluation import incidents_of
-from fabricwatch.detectors.outliers import FEATURES, ModelError, OutlierDetector, OutlierModel
+from fabricwatch.detectors.outliers import ModelError, OutlierDetector, OutlierModel
+from fabricwatch.detectors.outliers.features import FEATURES
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.detectors.rates import Layout, RateFrame
 from fabricwatch.ingest.simulator import load_scenario, simulate

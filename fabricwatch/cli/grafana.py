@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _stored_anomalies(target: str, since: str | None) -> list[Anomaly]:
     from fabricwatch.storage.queries import anomalies_from_store, parse_time
-    from fabricwatch.storage.sink import Store
+    from fabricwatch.storage.store import Store
 
     if "://" not in target and not Path(target).is_dir():
         raise ValueError(f"--from-store {target}: no store there")

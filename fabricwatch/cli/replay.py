@@ -136,7 +136,8 @@ def _recorder(args: argparse.Namespace, pipeline: Pipeline) -> PipelineRecorder 
     if target is None:
         return None
     from fabricwatch.storage.recorder import PipelineRecorder
-    from fabricwatch.storage.sink import Sink, Store
+    from fabricwatch.storage.sink import Sink
+    from fabricwatch.storage.store import Store
 
     return PipelineRecorder(pipeline, Sink(Store.open(target)))
 

@@ -36,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from fabricwatch.dashboards.report import write_report
     from fabricwatch.storage.queries import parse_time
-    from fabricwatch.storage.sink import Store
+    from fabricwatch.storage.store import Store
 
     if args.clickhouse is None and not args.data_dir.is_dir():
         raise ValueError(f"--data-dir {args.data_dir}: no store there (replay or demo with a store first)")

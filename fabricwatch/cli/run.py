@@ -265,7 +265,7 @@ class _Store:
     allows one open data directory per process)."""
 
     def __init__(self, target: str | Path) -> None:
-        from fabricwatch.storage.sink import Store
+        from fabricwatch.storage.store import Store
 
         self.target = target
         self.store = Store.open(target)
@@ -319,7 +319,7 @@ def _wait_stored(settings: BrokerSettings, timeout_s: float = 60.0) -> None:
 
 def _report(target: str | Path, out_dir: Path, start_ns: int) -> list[Path]:
     from fabricwatch.dashboards.report import write_report
-    from fabricwatch.storage.sink import Store
+    from fabricwatch.storage.store import Store
 
     with Store.open(target) as store:
         return write_report(store, out_dir, start_ns)

@@ -51,7 +51,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fabricwatch.storage.consumer import run_sink
-    from fabricwatch.storage.sink import Store
+    from fabricwatch.storage.store import Store
 
     settings = options.broker_settings(args)
     stop = threading.Event()

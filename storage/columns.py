@@ -1,0 +1,118 @@
+"""Messages as the columns of their ClickHouse tables: pure conversions, no I/O."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import numpy as np
+
+from fabricwatch.schemas.messages import Anomaly, Phase, Topology
+
+
+def anomaly_columns(new: list[Anomaly]) -> dict:
+    """The ``anomaly_events`` columns of anomaly lifecycle events."""
+    return {
+        "fingerprint": [a.fingerprint for a in new],
+        "kind": [a.kind for a in new],
+        "severity": [a.severity for a in new],
+        "status": [a.status for a in new],
+        "start": utc_times([a.start_ns for a in new]),
+        "ts": utc_times([a.ts_ns for a in new]),
+        "end": utc_times([a.end_ns for a in new]),
+        "start_ns": np.array([a.start_ns for a in new], dtype=np.uint64),
+        "ts_ns": np.array([a.ts_ns for a in new], dtype=np.uint64),
+        "end_ns": [a.end_ns for a in new],
+        "root_device": [a.root.device for a in new],
+        "root_port": [a.root.port for a in new],
+        "root_priority": [a.root.priority for a in new],
+        "root_group": [a.root.group for a in new],
+        "summary": [a.summary for a in new],
+        "hint": [a.hint for a in new],
+        "devices": [list(a.devices) for a in new],
+        "hosts": [list(a.hosts) for a in new],
+        "jobs": [list(a.jobs) for a in new],
+        "collectives": [list(a.collectives) for a in new],
+        "evidence": [json.dumps(a.evidence, sort_keys=True) for a in new],
+    }
+
+
+def phase_columns(new: list[Phase]) -> dict:
+    """The ``phases`` columns of collective phases."""
+    return {
+        "job": [p.job for p in new],
+        "comm": [p.comm for p in new],
+        "op": [p.op for p in new],
+        "begin": utc_times([p.begin_ns for p in new]),
+        "end": utc_times([p.end_ns for p in new]),
+        "begin_ns": np.array([p.begin_ns for p in new], dtype=np.uint64),
+        "end_ns": np.array([p.end_ns or 0 for p in new], dtype=np.uint64),
+        "bytes": np.array([p.bytes for p in new], dtype=np.uint64),
+        "hosts": [p.participants() for p in new],
+        "root_rank": [p.root_rank for p in new],
+        "source": [p.source for p in new],
+    }
+
+
+def topology_columns(topo: Topology) -> dict[str, dict[str, list]]:
+    """The columns of each topology table for one snapshot (without its time columns)."""
+    return {
+        "topology_links": {
+            "a_device": [x.a_device for x in topo.links],
+            "a_port": [x.a_port for x in topo.links],
+            "b_device": [x.b_device for x in topo.links],
+            "b_port": [x.b_port for x in topo.links],
+            "speed_gbps": [float(x.speed_gbps) for x in topo.links],
+        },
+        "topology_ecmp": {
+            "group_id": [g.id for g in topo.ecmp_groups for _ in g.members],
+            "device": [g.device for g in topo.ecmp_groups for _ in g.members],
+            "member": [m for g in topo.ecmp_groups for m in g.members],
+            "toward": [g.toward for g in topo.ecmp_groups for _ in g.members],
+        },
+        "topology_nics": {
+            "host": [n.host for n in topo.nics],
+            "nic": [n.nic for n in topo.nics],
+            "nic_port": [n.nic_port for n in topo.nics],
+            "leaf": [n.leaf for n in topo.nics],
+            "leaf_port": [n.leaf_port for n in topo.nics],
+        },
+        "topology_devices": {
+            "id": [d.id for d in topo.devices],
+            "kind": [d.kind for d in topo.devices],
+            "pod": [d.pod for d in topo.devices],
+            "host": [d.host for d in topo.devices],
+        },
+    }
+
+
+class Interner:
+    """Codes for repeated names (devices, ports), kept across batches; a port list is looked up
+    once per distinct list, not once per port."""
+
+    def __init__(self) -> None:
+        self.values: list[str] = []
+        self._code: dict[str, int] = {}
+        self._lists: dict[tuple[str, ...], np.ndarray] = {}
+
+    def code(self, name: str) -> int:
+        found = self._code.get(name)
+        if found is None:
+            found = self._code[name] = len(self.values)
+            self.values.append(name)
+        return found
+
+    def codes(self, names: list[str]) -> np.ndarray:
+        return np.fromiter((self.code(n) for n in names), dtype=np.int32, count=len(names))
+
+    def codes_of_list(self, names: list[str]) -> np.ndarray:
+        key = tuple(names)
+        found = self._lists.get(key)
+        if found is None:
+            found = self._lists[key] = self.codes(names)
+        return found
+
+
+def utc_times(ns: list[int | None]) -> list[datetime | None]:
+    """Nanoseconds → UTC datetimes (millisecond precision is what the columns keep)."""
+    return [None if t is None else datetime.fromtimestamp(t // 1_000_000 / 1000, UTC) for t in ns]
