@@ -1,6 +1,6 @@
 """ECMP entropy collapse, per device: member byte shares of each ECMP group over the last polls.
 
-Three views of the same shares, as DESIGN.md asks: normalised Shannon entropy H/ln(N) (1 is
+Three views of the same shares, as docs/detectors.md asks: normalised Shannon entropy H/ln(N) (1 is
 perfectly even), max/mean, and the coefficient of variation; max/mean decides (see
 detectors/config.py for why entropy does not), the others are evidence. The group must
 carry load that matters, judged by its hottest member's utilisation, because the cost of collapse

@@ -1,6 +1,6 @@
 """Poll this host's RDMA NICs on a fixed schedule and hand each snapshot to a sink.
 
-Timestamps are taken when each device is read (DESIGN.md: the collector's clock at read time); the
+Timestamps are taken when each device is read (docs/architecture.md: the collector's clock at read time); the
 schedule is kept on the monotonic clock so that a slow read delays one poll, not all the following
 ones. The netdev of each RDMA device comes from sysfs (``device/net/``) unless given.
 """

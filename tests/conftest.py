@@ -1,4 +1,9 @@
-"""Shared fixtures: a real ``clickhouse-server`` process, and a store on either backend.
+"""Shared fixtures: a real Kafka-protocol broker (Tansu) per test, a real ``clickhouse-server``
+process, and a store on either backend.
+
+Tests that start real processes (the broker, a ClickHouse server, workers) are marked
+``integration`` here, by the fixtures they use or in their module, so that
+``pytest -m "not integration"`` is the fast loop.
 
 The server is Debian's ``clickhouse-server`` package (18.16) started as an ordinary process with
 its config, data and logs in a temporary directory, on free loopback ports; it is stopped after the
@@ -18,10 +23,30 @@ import pytest
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.detectors.summary import summarise
 from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.local.broker import EmbeddedBroker
 from fabricwatch.local.clickhouse_server import LocalClickHouse, server_binary
 from fabricwatch.replay import replay_trace
+from fabricwatch.streams.kafka_io import BrokerSettings
 
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = ROOT / "scenarios"
 _databases = itertools.count()
+_PROCESS_FIXTURES = {"broker", "clickhouse_server", "clickhouse_url", "store_target"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that starts a broker or a ClickHouse server is an integration test."""
+    for item in items:
+        if _PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture
+def broker() -> Iterator[BrokerSettings]:
+    """A fresh embedded broker per test: topics are global names, and Tansu starts in a fraction
+    of a second. No topic exists yet (what creates them is often under test)."""
+    with EmbeddedBroker() as b:
+        yield BrokerSettings(bootstrap=b.bootstrap)
 
 
 def _need_server() -> None:
@@ -57,7 +82,7 @@ def store_target(request: pytest.FixtureRequest, tmp_path) -> str:
 def fabric_stream(tmp_path_factory: pytest.TempPathFactory) -> list:
     """What the storage sink consumes, in order: the PortRates, phases, topology and anomalies of a
     simulated 30 s of the demo fabric (clock started an hour ago), as stage 1/2 would publish them."""
-    scenario = Path(__file__).resolve().parent.parent / "scenarios" / "demo.yaml"
+    scenario = SCENARIOS / "demo.yaml"
     trace = tmp_path_factory.mktemp("stream") / "demo.trace.gz"
     start_ns = (time.time_ns() - 3600 * 10**9) // 10**9 * 10**9
     simulate(load_scenario(scenario, {"duration": 30, "start_time": start_ns}), trace)

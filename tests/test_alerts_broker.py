@@ -8,6 +8,9 @@ import json
 import threading
 import time
 
+import pytest
+from waiting import wait_for
+
 from fabricwatch.alerts.config import parse_alerts
 from fabricwatch.alerts.consumer import OffsetTracker, run_consumer
 from fabricwatch.alerts.receiver import WebhookReceiver
@@ -17,6 +20,8 @@ from fabricwatch.schemas.messages import Anomaly, RootCause, encode
 from fabricwatch.streams.kafka_io import BrokerSettings, Publisher, ensure_topics
 
 GROUP = "alerts-test"
+pytestmark = pytest.mark.integration  # real processes: broker, workers, servers
+
 TANSU = {"session_timeout_ms": 6000, "max_poll_interval_ms": 6000, "heartbeat_interval_ms": 1000}
 
 
@@ -36,13 +41,6 @@ def anomalies(status: str) -> list[Anomaly]:
         )
         for i in range(3)
     ]
-
-
-def wait_for(condition, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def committed(settings: BrokerSettings) -> dict[int, int]:
@@ -117,7 +115,7 @@ def test_offsets_are_committed_after_delivery_and_restarts_lose_nothing():
         # The receiver processes each request only after the sender's timeout: nothing counts as
         # delivered, so nothing may be committed, although the receiver did get the three.
         first = Consumer(settings, config)
-        wait_for(lambda: len(rx.accepted) == 3)
+        assert wait_for(lambda: len(rx.accepted) == 3)
         first.close()
         time.sleep(1.5)  # what the first consumer had in flight reaches the (hanging) receiver
         assert set(committed(settings).values()) <= {0}  # nothing past the first anomaly
@@ -128,7 +126,7 @@ def test_offsets_are_committed_after_delivery_and_restarts_lose_nothing():
         # re-sent by the second consumer (not the first one's retries still arriving).
         behaviour["now"] = "ok"
         second = Consumer(settings, config)
-        wait_for(lambda: set(rx.duplicates[before:]) >= keys)
+        assert wait_for(lambda: set(rx.duplicates[before:]) >= keys)
         second.close()
         # Delivered now, but the three alerts are open: their offsets stay uncommitted, so that
         # a restart rebuilds them and their resolutions are not lost.
@@ -138,8 +136,8 @@ def test_offsets_are_committed_after_delivery_and_restarts_lose_nothing():
         for a in anomalies("resolved"):
             publisher.send(topics.ANOMALIES, a.fingerprint, encode(a))
         publisher.close()
-        wait_for(lambda: len(rx.accepted) == 6)
-        wait_for(lambda: committed(settings) == ends(settings), 10)
+        assert wait_for(lambda: len(rx.accepted) == 6)
+        assert wait_for(lambda: committed(settings) == ends(settings), 10)
         third.close()
         assert sum(ends(settings).values()) == 6 and committed(settings) == ends(settings)
 
@@ -186,7 +184,7 @@ def test_given_up_notifications_go_to_the_give_up_topic_and_their_offsets_are_co
         publisher.send(topics.ANOMALIES, "fp0", encode(anomalies("resolved")[0]))
         publisher.close()
         consumer = Consumer(settings, config)
-        wait_for(lambda: committed(settings) == ends(settings), 20)
+        assert wait_for(lambda: committed(settings) == ends(settings), 20)
         consumer.close()
 
         reader = KafkaConsumer(**settings.kafka_kwargs(), consumer_timeout_ms=3000)

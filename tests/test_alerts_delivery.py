@@ -249,6 +249,7 @@ def test_wall_clock_service_flushes_on_its_timer_thread():
     assert len(rx.accepted) == 1 and rx.accepted[0].body["alerts"][0]["fingerprint"] == "a0"
 
 
+@pytest.mark.integration
 def test_replay_delivers_a_pfc_storm_from_firing_to_resolved_on_trace_time(tmp_path, capsys):
     from pathlib import Path
 

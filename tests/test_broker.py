@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.ingest.simulator import load_scenario, simulate
-from fabricwatch.local.broker import EmbeddedBroker
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.trace import TraceReader, read_labels
 from fabricwatch.streams.kafka_io import (
@@ -19,14 +18,9 @@ from fabricwatch.streams.kafka_io import (
 )
 from fabricwatch.streams.traces import TRAFFIC, publish_trace, record_topics
 
+pytestmark = pytest.mark.integration  # real processes: broker, workers, servers
+
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
-
-
-@pytest.fixture
-def broker():
-    """A fresh broker per test: topics are global names, and Tansu starts in a fraction of a second."""
-    with EmbeddedBroker() as b:
-        yield BrokerSettings(bootstrap=b.bootstrap)
 
 
 def records(path: Path) -> Counter:

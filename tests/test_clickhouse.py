@@ -19,6 +19,8 @@ from fabricwatch.storage.schema import MODERN, OLD_DEBIAN, SchemaOptions
 from fabricwatch.storage.sink import Sink
 from fabricwatch.storage.store import Store
 
+pytestmark = pytest.mark.integration  # slow: embedded ClickHouse and a real server
+
 ROLLUPS = ("rates_10s", "rates_1m", "rates_1h")
 ROLLUP_SECONDS = {"rates_10s": 10, "rates_1m": 60, "rates_1h": 3600}
 

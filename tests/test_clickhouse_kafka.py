@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from fabricwatch.local.broker import EmbeddedBroker
 from fabricwatch.local.clickhouse_server import LocalClickHouse, server_binary
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Anomaly, Phase, PortRates, Topology, encode
@@ -18,14 +17,10 @@ from fabricwatch.storage.sink import Sink
 from fabricwatch.storage.store import Store
 from fabricwatch.streams.kafka_io import BrokerSettings, Publisher, ensure_topics
 
+pytestmark = pytest.mark.integration  # real processes: broker, workers, servers
+
 TANSU = {"session_timeout_ms": 6000, "max_poll_interval_ms": 6000, "heartbeat_interval_ms": 1000}
 ROLLUPS = ("rates_10s", "rates_1m", "rates_1h")
-
-
-@pytest.fixture
-def broker():
-    with EmbeddedBroker() as b:
-        yield BrokerSettings(bootstrap=b.bootstrap)
 
 
 def publish(settings: BrokerSettings, messages: list) -> None:

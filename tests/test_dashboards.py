@@ -22,6 +22,8 @@ from fabricwatch.dashboards.grafana import (
 from fabricwatch.dashboards.macros import ALL, QueryContext, expand
 from fabricwatch.storage.queries import anomalies_from_store
 
+pytestmark = pytest.mark.integration  # slow: a replayed store in embedded ClickHouse
+
 DASHBOARDS = {d["uid"]: d for d in load_dashboards()}
 ASSETS = Path(__file__).resolve().parent.parent / "dashboards" / "grafana"
 INTERVAL_S = 5.0

@@ -1,4 +1,4 @@
-"""Stage-1 detectors against the reference behaviour in DESIGN.md, on hand-built counter sequences.
+"""Stage-1 detectors against the reference behaviour in docs/detectors.md, on hand-built counter sequences.
 
 Each test drives raw cumulative counters through the real rate engine, as a collector would.
 """

@@ -11,6 +11,8 @@ from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.replay import ReplayResult, replay_trace
 
+pytestmark = pytest.mark.integration  # slow: whole scenarios replayed
+
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 RULE_KINDS = {"incast", "pfc_storm", "ecmp_collapse"}
 """What the rule-based detectors promise; ``outlier`` labels wait for the learned detector."""

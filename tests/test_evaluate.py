@@ -14,6 +14,8 @@ import yaml
 from fabricwatch.cli.main import main
 from fabricwatch.evaluate import scenario_paths
 
+pytestmark = pytest.mark.integration  # slow: the evaluation suite's scenarios
+
 SUITE = Path(__file__).resolve().parent.parent / "scenarios" / "eval"
 SHORT = {"incast_100ms_16h": 25, "storm_100ms_16h": 30, "benign_100ms_5min_32h": 40}
 """Suite scenarios cut to their first fault (or first look-alikes), so the tests stay fast."""

@@ -22,6 +22,8 @@ from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.ingest.simulator.counters import NIC_TABLE
 from fabricwatch.replay import ReplayResult, replay_trace
 
+pytestmark = pytest.mark.integration  # slow: whole scenarios replayed and models trained
+
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 TRAIN_MINUTES = 4  # of baseline.yaml's five: the last minute is held out
 

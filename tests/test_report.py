@@ -15,6 +15,8 @@ from fabricwatch.cli.main import main
 from fabricwatch.dashboards.report import write_report
 from fabricwatch.storage.queries import parse_time
 
+pytestmark = pytest.mark.integration  # slow: a replayed store in embedded ClickHouse
+
 
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory):

@@ -5,6 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.integration  # real processes: broker, workers, servers
+
 
 def test_run_streams_the_demo_shows_its_anomalies_stores_them_and_writes_the_report(tmp_path):
     data, report = tmp_path / "data", tmp_path / "report"

@@ -19,6 +19,8 @@ from fabricwatch.schemas.messages import Phase, PortRates, Symptom, Topology, Wa
 from fabricwatch.schemas.trace import TraceReader
 from fabricwatch.streams.stages import Stage1Worker, Stage2Worker
 
+pytestmark = pytest.mark.integration  # slow: whole scenarios through both stages
+
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 PARTITIONS = 4
 

@@ -6,16 +6,16 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
+from waiting import wait_for
 
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.ingest.simulator import load_scenario, simulate
-from fabricwatch.local.broker import EmbeddedBroker
 from fabricwatch.local.workers import WorkerProcess
 from fabricwatch.replay import replay_trace
 from fabricwatch.schemas import topics
@@ -24,21 +24,16 @@ from fabricwatch.schemas.trace import TraceReader
 from fabricwatch.streams.kafka_io import BrokerSettings, ensure_topics
 from fabricwatch.streams.traces import publish_trace
 
+pytestmark = pytest.mark.integration  # real processes: broker, workers, servers
+
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 POLL_NS = 1_000_000_000
 SESSION_TIMEOUT_S = 6
 
 
 @pytest.fixture
-def broker() -> Iterator[BrokerSettings]:
-    with EmbeddedBroker() as b:
-        settings = BrokerSettings(bootstrap=b.bootstrap)
-        ensure_topics(settings)
-        yield settings
-
-
-@pytest.fixture
 def workers(broker, tmp_path) -> Iterator[list[WorkerProcess]]:
+    ensure_topics(broker)
     started = [
         WorkerProcess(broker.bootstrap, tmp_path / f"worker{i}.log", SESSION_TIMEOUT_S) for i in range(2)
     ]
@@ -86,15 +81,6 @@ def firing(anomalies: list[Anomaly]) -> dict[tuple[str, str], int]:
     return {(a.kind, a.root.device): a.start_ns for a in anomalies if a.status == "firing"}
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.5)
-    return condition()
-
-
 def test_two_workers_find_what_the_in_process_replay_finds(broker, workers, tmp_path):
     path = trace(tmp_path, duration=110)
     expected = firing(in_process(path))
@@ -104,7 +90,7 @@ def test_two_workers_find_what_the_in_process_replay_finds(broker, workers, tmp_
     out = Collector(broker, topics.ANOMALIES)
     published = publish_trace(path, broker, speed=0)
     assert published.stats.failed == published.stats.dropped == 0
-    assert wait_until(lambda: expected.keys() <= firing([decode(r.value) for r in out.records]).keys(), 90)
+    assert wait_for(lambda: expected.keys() <= firing([decode(r.value) for r in out.records]).keys(), 90)
     got = firing([decode(r.value) for r in out.stop()])
     assert got.keys() == expected.keys()
     for key, start in expected.items():
@@ -126,14 +112,16 @@ def test_killing_a_worker_loses_no_anomaly(broker, workers, tmp_path):
     out = Collector(broker, topics.ANOMALIES)
     feeder = threading.Thread(target=publish_trace, args=(path, broker, 5.0))
     feeder.start()
-    time.sleep(8)  # the incast is firing by now; the storm and the ECMP collapse are still to come
+    # Kill one worker mid-stream: once the first incident fired, with the others still to come.
+    assert wait_for(lambda: firing([decode(r.value) for r in out.records]), 60)
+    assert not expected.keys() <= firing([decode(r.value) for r in out.records]).keys()
     workers[0].stop(signal.SIGKILL)  # no goodbye: its partitions move after the session timeout
     feeder.join()
 
     def resolved() -> set[str]:
         return {a.fingerprint for a in map(decode, (r.value for r in out.records)) if a.status == "resolved"}
 
-    assert wait_until(lambda: ended <= resolved(), 120)  # the end of every incident that ended, too
+    assert wait_for(lambda: ended <= resolved(), 120)  # the end of every incident that ended, too
     events = [decode(r.value) for r in out.stop()]
     got = firing(events)
     assert got.keys() == expected.keys()
@@ -156,7 +144,7 @@ def test_malformed_and_oversized_input_goes_to_the_dead_letter_topic(broker, wor
         producer.send(topics.COUNTERS, key=f"dev{i}".encode(), value=value)
     producer.flush()
     producer.close()
-    assert wait_until(lambda: len(dead.records) >= len(bad), 30)
+    assert wait_for(lambda: len(dead.records) >= len(bad), 30)
     time.sleep(1)
     records = dead.stop()
     assert len(records) == len(bad)
@@ -181,6 +169,7 @@ def test_worker_health_endpoints_answer_json(broker, workers):
 def test_a_stopped_worker_has_committed_what_it_processed(broker, tmp_path):
     from kafka import KafkaAdminClient
 
+    ensure_topics(broker)
     path = trace(tmp_path, duration=20)
     worker = WorkerProcess(broker.bootstrap, tmp_path / "w.log", SESSION_TIMEOUT_S)
     try:
@@ -188,7 +177,7 @@ def test_a_stopped_worker_has_committed_what_it_processed(broker, tmp_path):
         publish_trace(path, broker)
         with TraceReader(path) as reader:
             counters = sum(1 for r in reader if r.topic == topics.COUNTERS)
-        assert wait_until(lambda: worker.metric("processed_total", 'what="snapshots"') >= counters, 60)
+        assert wait_for(lambda: worker.metric("processed_total", 'what="snapshots"') >= counters, 60)
     finally:
         assert worker.stop() == 0  # SIGTERM: a clean exit
     admin = KafkaAdminClient(**broker.kafka_kwargs())
