@@ -45,6 +45,8 @@ def read_yaml(path: str | Path) -> Any:
         raise ConfigError(exc.strerror or str(exc), path) from None
     try:
         return yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError("invalid YAML: nested too deeply", path) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else None

@@ -40,6 +40,12 @@ class DecodeError(ValueError):
     """A message that cannot be decoded; the text names the field and the reason."""
 
 
+NOT_JSON = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
+"""What a JSON decoder raises on bytes that are not JSON we can take. RecursionError is in it: a
+few kilobytes nested a thousand deep exhaust the decoder's stack, and one such message must cost
+only itself, like any other malformed one."""
+
+
 class CounterSpec(msgspec.Struct, frozen=True, omit_defaults=True):
     """One column of a snapshot.
 
@@ -349,11 +355,15 @@ def decode(data: bytes | str, expected: type | None = None) -> Any:
         msg = decoder.decode(data)
     except msgspec.ValidationError as exc:
         raise DecodeError(str(exc)) from None
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        raise DecodeError(f"not valid JSON: {exc}") from None
+    except NOT_JSON as exc:
+        raise DecodeError(f"not valid JSON: {_why(exc)}") from None
     if msg.v != SCHEMA_VERSION:
         raise DecodeError(f"unsupported schema version v={msg.v} (this build reads v={SCHEMA_VERSION})")
     return msg
+
+
+def _why(exc: Exception) -> str:
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
 
 
 def _typed_decoder(expected: type) -> msgspec.json.Decoder:

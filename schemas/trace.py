@@ -21,7 +21,7 @@ from typing import Any, BinaryIO, Self
 import msgspec
 
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import Label, Message, decode, encode
+from fabricwatch.schemas.messages import NOT_JSON, Label, Message, decode, encode
 
 FORMAT = "fabricwatch-trace"
 VERSION = 1
@@ -198,7 +198,7 @@ class TraceReader:
                 self.line = lineno
                 try:
                     record = decode_record(line)
-                except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+                except NOT_JSON as exc:
                     if not line.isspace():
                         self._report(lineno, str(exc))
                     continue
@@ -261,7 +261,7 @@ def _is_embeddable(value: bytes) -> bool:
     try:
         _raw_decoder.decode(value)
         value.decode("utf-8")  # msgspec skips a Raw value without checking its encoding
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except NOT_JSON:
         return False
     return True
 
@@ -270,7 +270,7 @@ def _parse_header(line: bytes, path: Path) -> TraceHeader:
     """Check format and version first, so a foreign file gets a useful message, not a field error."""
     try:
         probe = _probe_decoder.decode(line)
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+    except NOT_JSON as exc:
         raise TraceFormatError(f"{path}: line 1 is not a {FORMAT} header: {exc}") from None
     if probe.format != FORMAT:
         raise TraceFormatError(f"{path}: not a {FORMAT}: header format is {probe.format!r}")
@@ -281,5 +281,5 @@ def _parse_header(line: bytes, path: Path) -> TraceHeader:
         )
     try:
         return _header_decoder.decode(line)
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+    except NOT_JSON as exc:
         raise TraceFormatError(f"{path}: bad trace header: {exc}") from None

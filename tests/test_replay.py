@@ -3,6 +3,7 @@ the run completes with the anomalies of the good input."""
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import msgspec
@@ -72,14 +73,33 @@ def test_replay_reports_and_skips_malformed_records_and_still_finds_the_storm(tm
     garbage = msgspec.json.encode(
         {"topic": topics.COUNTERS, "key": "x", "ts_ns": T0, "payload_b64": "/////w=="}
     )
-    trace.write_bytes(b"".join([*lines[:5], bad_json, bad_snapshot + b"\n", garbage + b"\n", *lines[5:]]))
+    deep_line = b'{"topic":"x","payload":' + b"[" * 5000 + b"]" * 5000 + b"}\n"
+    deep = b'{"type":"snapshot","x":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    deep_payload = msgspec.json.encode(
+        {"topic": topics.COUNTERS, "key": "x", "ts_ns": T0, "payload_b64": base64.b64encode(deep).decode()}
+    )
+    trace.write_bytes(
+        b"".join(
+            [
+                *lines[:5],
+                bad_json,
+                bad_snapshot + b"\n",
+                garbage + b"\n",
+                deep_line,
+                deep_payload + b"\n",
+                *lines[5:],
+            ]
+        )
+    )
 
     assert main(["replay", str(trace)]) == 0
     out, err = capsys.readouterr()
     assert f"{trace}:6: skipped malformed record" in err
     assert f"{trace}:7: dead letter (fabric.counters)" in err and "ts_ns" in err
     assert f"{trace}:8: dead letter (fabric.counters): not valid JSON" in err
-    assert "1 malformed lines and 2 undecodable messages skipped" in out
+    assert f"{trace}:9: skipped malformed record" in err  # nested 5,000 deep: costs only itself
+    assert f"{trace}:10: dead letter (fabric.counters): not valid JSON: nested too deeply" in err
+    assert "2 malformed lines and 3 undecodable messages skipped" in out
     assert "FIRING   critical pfc_storm     h1-nic:1 prio 3" in out
     assert "RESOLVED" in out
     score = next(line for line in out.splitlines() if line.startswith("pfc_storm"))

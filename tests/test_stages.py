@@ -105,19 +105,27 @@ def test_a_caught_up_partition_holds_nothing_back_while_its_worker_says_so():
     assert stage2.held == 0
 
 
+DEEP_FIELD = b'"extra":' + b"[" * 3000 + b"]" * 3000
+"""An unknown field 6 KB long nested 3,000 deep: more than the decoder's stack takes."""
+DEEP = b'{"type":"snapshot",' + DEEP_FIELD + b"}"
+
+
 def test_bad_symptom_messages_are_rejected_with_a_reason():
     stage2 = Stage2Worker(DetectorConfig())
     assert stage2.feed(b"{", now=0.0)[1].startswith("not valid JSON")
     assert stage2.feed(b"", now=0.0)[1] == "empty message"
     assert "Expected" in stage2.feed(b'{"type":"symptom","kind":1}', now=0.0)[1]
+    deep_symptom = b'{"type":"symptom",' + DEEP_FIELD + b"}"
+    assert stage2.feed(deep_symptom, now=0.0)[1] == "not valid JSON: nested too deeply"
 
 
 def test_stage1_rejects_oversized_and_malformed_snapshots_and_goes_on(demo_trace):
     stage1 = Stage1Worker(DetectorConfig(), max_message_bytes=100_000)
     with TraceReader(demo_trace) as reader:
         good = next(r.value() for r in reader if r.topic == topics.COUNTERS)
-    out = stage1.process([b"x" * 100_001, b'{"type":"snapshot"}', good], ["c/0"] * 3)
-    assert [r.index for r in out.rejected] == [0, 1]
+    out = stage1.process([b"x" * 100_001, b'{"type":"snapshot"}', DEEP, good], ["c/0"] * 4)
+    assert [r.index for r in out.rejected] == [0, 1, 2]
+    assert out.rejected[2].reason == "not valid JSON: nested too deeply"
     assert out.rejected[0].reason == "oversized: 100001 bytes > limit 100000"
     assert "missing required field" in out.rejected[1].reason
     assert out.values > 0

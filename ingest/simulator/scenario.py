@@ -184,6 +184,8 @@ def load_scenario(source: str | Path, overrides: Mapping[str, Any] | None = None
     text, origin = _read(source)
     try:
         raw = yaml.safe_load(text)
+    except RecursionError:
+        raise ScenarioError(f"{origin}: not valid YAML: nested too deeply") from None
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{origin}: not valid YAML: {exc}") from None
     if raw is None:
