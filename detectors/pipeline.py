@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fabricwatch.detectors.clock import ClockGuard
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.outliers import OutlierStage
 from fabricwatch.detectors.rates import RateFrame
@@ -62,6 +63,7 @@ class Pipeline:
     def __post_init__(self) -> None:
         self.stage1 = Stage1(self.config, self.outliers)
         self.stage2 = Stage2(self.config, self.tick_s)
+        self.clock: ClockGuard[tuple[str, Snapshot]] = ClockGuard()
 
     def feed(self, topic: str, ts_ns: int, value: bytes, where: str = "") -> list[Anomaly]:
         """One record in; the anomalies (lifecycle events) it caused out."""
@@ -70,19 +72,48 @@ class Pipeline:
         if expected is None:
             self.stats.ignored_topics += 1
             return []
+        if self.clock.ahead(ts_ns):
+            return self._ahead(topic, ts_ns, value, where)
         anomalies = self._maybe_tick(ts_ns)
         try:
             msg = decode(value, expected)
         except DecodeError as exc:
             self._dead_letter(where, topic, str(exc))
             return anomalies
-        self._dispatch(msg)
-        self.stage2.seen(ts_ns)
+        self._take(ts_ns, msg)
         return anomalies
 
     def finish(self) -> list[Anomaly]:
         """Evaluate what is pending at the end of the input (the last poll's symptoms)."""
+        for device, (where, _) in self.clock.drain():
+            self._dead_letter(where, topics.COUNTERS, self.clock.reason(device))
         return self._tick(self.stage2.ticker.now_ns)
+
+    def _take(self, ts_ns: int, msg: Snapshot | Phase | Topology | Label) -> None:
+        if isinstance(msg, Snapshot):
+            self.clock.seen(msg.device, ts_ns)
+        self._dispatch(msg)
+        self.stage2.seen(ts_ns)
+
+    def _ahead(self, topic: str, ts_ns: int, value: bytes, where: str) -> list[Anomaly]:
+        """A record stamped too far ahead of the fabric's time (``ClockGuard``): context is taken
+        without moving time; a snapshot is held until other devices confirm the time."""
+        try:
+            msg = decode(value, _EXPECTED[topic])
+        except DecodeError as exc:
+            self._dead_letter(where, topic, str(exc))
+            return []
+        if not isinstance(msg, Snapshot):
+            self._dispatch(msg)
+            return []
+        released, dropped = self.clock.hold(msg.device, ts_ns, (where, msg))
+        if dropped is not None:
+            self._dead_letter(dropped[0], topic, self.clock.reason(msg.device))
+        anomalies: list[Anomaly] = []
+        for ts, (_, snap) in released:
+            anomalies += self._maybe_tick(ts)
+            self._take(ts, snap)
+        return anomalies
 
     def _dispatch(self, msg: Snapshot | Phase | Topology | Label) -> None:
         if isinstance(msg, Snapshot):

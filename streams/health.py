@@ -72,4 +72,6 @@ def reason_class(reason: str) -> str:
         return "not_json"
     if reason.startswith("unsupported schema version"):
         return "schema_version"
+    if reason.startswith("clock of"):
+        return "clock_ahead"
     return "invalid"

@@ -31,6 +31,8 @@ def wire(w: Worker) -> None:
                 out = w.stage1.process([e.message.value for e in events], sources)
                 for r in out.rejected:
                     await w.dead_letter(events[r.index], r.reason)
+                for reason in out.clock_drops:
+                    w.progress.dead_letter(reason)
                 for k in out.rates:
                     await w.send(topics.RATES, k)
                 for k in out.symptoms:

@@ -12,6 +12,7 @@ import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from fabricwatch.detectors.clock import ClockGuard
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.outliers import OutlierStage
 from fabricwatch.detectors.stage1 import Stage1
@@ -59,6 +60,8 @@ class Stage1Output:
     symptoms: list[Keyed] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
     values: int = 0
+    clock_drops: list[str] = field(default_factory=list)
+    """Snapshots held as ahead of the fabric's time and then displaced by their device's next."""
 
 
 def check_size(value: bytes | None, limit: int) -> str | None:
@@ -95,6 +98,7 @@ class Stage1Worker:
         self._pods: dict[str, str] = {}
         self._pod_keys: list[bytes] = [UNKNOWN_POD.encode()]
         self._newest: dict[str, int] = {}
+        self.clock: ClockGuard[tuple[Snapshot, str, int]] = ClockGuard()
 
     def set_topology(self, topology: Topology) -> None:
         self.core.set_topology(topology)
@@ -102,7 +106,11 @@ class Stage1Worker:
         self._pod_keys = sorted({p.encode() for p in self._pods.values()} | {UNKNOWN_POD.encode()})
 
     def process(self, values: Sequence[bytes | None], sources: Sequence[str]) -> Stage1Output:
-        """``sources[i]`` names the input partition of ``values[i]`` (e.g. ``fabric.counters/3``)."""
+        """``sources[i]`` names the input partition of ``values[i]`` (e.g. ``fabric.counters/3``).
+
+        A snapshot stamped too far ahead of the fabric's time is held (``ClockGuard``, as in the
+        in-process pipeline) and processed in a later batch when other devices confirm the time;
+        if its device's next snapshot displaces it, it is rejected with the reason."""
         out = Stage1Output()
         newest: dict[str, int] = {}
         for i, value in enumerate(values):
@@ -115,22 +123,36 @@ class Stage1Worker:
             if reason is not None:
                 out.rejected.append(Rejected(i, reason))
                 continue
-            try:
-                frame, symptoms = self.core.process(snap)
-            except Exception as exc:  # a worker never dies on input: the snapshot is set aside
-                out.rejected.append(Rejected(i, f"processing failed: {exc!r}"))
+            if not self.clock.ahead(snap.ts_ns):
+                self._take(snap, sources[i], i, out, newest)
                 continue
-            out.values += len(snap.ports) * len(snap.counters)
-            newest[sources[i]] = max(newest.get(sources[i], 0), snap.ts_ns)
-            if frame is not None and self.rates:
-                line = self.core.fabric.port_speeds_bps(frame.device, frame.ports)
-                out.rates.append(Keyed(snap.device.encode(), encode(summarise(frame, line))))
-            out.symptoms += [self._keyed(s) for s in symptoms]
+            released, dropped = self.clock.hold(snap.device, snap.ts_ns, (snap, sources[i], i))
+            if dropped is not None:
+                # Its message may be from an earlier batch, already acknowledged: count it only.
+                out.clock_drops.append(self.clock.reason(snap.device))
+            for _, (held, source, index) in released:
+                self._take(held, source, index, out, newest)
         out.symptoms += [self._keyed(s) for s in self.core.flush()]
         for source, ts_ns in sorted(newest.items()):
             self._newest[source] = max(self._newest.get(source, 0), ts_ns)
             out.symptoms += self._marks(Watermark(source, self._newest[source]))
         return out
+
+    def _take(
+        self, snap: Snapshot, source: str, index: int, out: Stage1Output, newest: dict[str, int]
+    ) -> None:
+        self.clock.seen(snap.device, snap.ts_ns)
+        try:
+            frame, symptoms = self.core.process(snap)
+        except Exception as exc:  # a worker never dies on input: the snapshot is set aside
+            out.rejected.append(Rejected(index, f"processing failed: {exc!r}"))
+            return
+        out.values += len(snap.ports) * len(snap.counters)
+        newest[source] = max(newest.get(source, 0), snap.ts_ns)
+        if frame is not None and self.rates:
+            line = self.core.fabric.port_speeds_bps(frame.device, frame.ports)
+            out.rates.append(Keyed(snap.device.encode(), encode(summarise(frame, line))))
+        out.symptoms += [self._keyed(s) for s in symptoms]
 
     def heartbeat(self, caught_up: Mapping[str, bool]) -> list[Keyed]:
         """Watermarks of the partitions this worker owns, each saying whether it is caught up."""
