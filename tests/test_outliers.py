@@ -3,7 +3,10 @@ that no rule knows, stay quiet on held-out and benign traffic, and never page on
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import pickle
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +19,7 @@ from fabricwatch.detectors.config import OutlierConfig
 from fabricwatch.detectors.evaluation import incidents_of
 from fabricwatch.detectors.outliers import ModelError, OutlierDetector, OutlierModel
 from fabricwatch.detectors.outliers.features import FEATURES
+from fabricwatch.detectors.outliers.forest import Forest
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.detectors.rates import Layout, RateFrame
 from fabricwatch.ingest.simulator import load_scenario, simulate
@@ -139,19 +143,74 @@ def test_save_and_load_give_identical_scores_and_thresholds(model, tmp_path):
         assert np.array_equal(s1, s2) and np.array_equal(a1, a2)
 
 
-def test_forest_scores_are_scikit_learns(model):
-    m = model.classes["host_facing"]
-    X = m.prepare(np.abs(np.random.default_rng(4).normal(size=(300, len(FEATURES["switch"])))) * 3)
-    assert np.allclose(m.score(X)[0], -m.forest.score_samples(X), rtol=0, atol=1e-12)
+def test_forest_scores_are_scikit_learns_and_survive_the_file():
+    from sklearn.ensemble import IsolationForest
+
+    rng = np.random.default_rng(4)
+    fitted = IsolationForest(n_estimators=50, max_samples=128, random_state=0).fit(
+        rng.normal(size=(2000, 6)).astype(np.float32)
+    )
+    X = np.abs(rng.normal(size=(300, 6))) * 3
+    forest = Forest.of(fitted)
+    assert np.allclose(forest(X), -fitted.score_samples(X.astype(np.float32)), rtol=0, atol=1e-12)
+    again = Forest.from_arrays(forest.arrays("c"), "c")
+    assert np.array_equal(again(X), forest(X))
 
 
 def rewrite_meta(src: Path, dst: Path, change: Callable[[dict], object]) -> None:
     with zipfile.ZipFile(src) as z:
-        meta, forests = json.loads(z.read("meta.json")), z.read("forests.pkl")
+        meta, forests = json.loads(z.read("meta.json")), z.read("forests.npz")
     change(meta)
     with zipfile.ZipFile(dst, "w") as z:
         z.writestr("meta.json", json.dumps(meta))
-        z.writestr("forests.pkl", forests)
+        z.writestr("forests.npz", forests)
+
+
+class _RunsACommand:
+    """What a crafted pickle does when loaded: here, touch a file."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_crafted_model_file_runs_no_code(model_path, tmp_path):
+    marker = tmp_path / "ran"
+    payload = pickle.dumps({"nic": _RunsACommand(marker)})
+    old = tmp_path / "v1.fwm"  # an earlier build's format: meta.json + forests.pkl
+    with zipfile.ZipFile(model_path) as z:
+        meta = json.loads(z.read("meta.json"))
+    with zipfile.ZipFile(old, "w") as z:
+        z.writestr("meta.json", json.dumps(meta | {"format_version": 1}))
+        z.writestr("forests.pkl", payload)
+    with pytest.raises(ModelError, match=r"format v1.*pickle.*retrain it with `fabricwatch train`"):
+        OutlierModel.load(old)
+    crafted = tmp_path / "crafted.fwm"  # the current format, its arrays replaced by an object array
+    objects = io.BytesIO()
+    np.save(objects, np.array([_RunsACommand(marker)], dtype=object), allow_pickle=True)
+    with zipfile.ZipFile(crafted, "w") as z:
+        z.writestr("meta.json", json.dumps(meta))
+        with z.open("forests.npz", "w") as inner, zipfile.ZipFile(inner, "w") as npz:
+            npz.writestr("nic/shape.npy", objects.getvalue())
+    with pytest.raises(ModelError, match="not a fabricwatch outlier model"):
+        OutlierModel.load(crafted)
+    for command in (
+        ["replay", "x.trace", "--model", str(old)],
+        ["evaluate", "x.yaml", "--model", str(crafted)],
+    ):
+        assert main(command) == 2
+    assert not marker.exists()
+
+
+def test_a_damaged_tree_is_refused_before_it_is_walked(model, tmp_path):
+    arrays = model.classes["nic"].forest.arrays("nic")
+    nodes = arrays["nic/0/nodes"].copy()
+    nodes["left_child"][0] = 10**9
+    arrays["nic/0/nodes"] = nodes
+    with pytest.raises(ValueError, match="nic tree 0: node 0 has a left_child out of range"):
+        Forest.from_arrays(arrays, "nic")
 
 
 def test_a_model_this_code_cannot_score_is_refused_by_name(model_path, tmp_path):

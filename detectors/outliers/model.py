@@ -13,10 +13,17 @@ import numpy as np
 
 from fabricwatch.detectors.config import OutlierConfig
 from fabricwatch.detectors.outliers.features import CLASSES, FEATURES
-from fabricwatch.detectors.outliers.forest import KIND_OF_CLASS, QUANTILE_LEVELS, ClassModel, fit_class
+from fabricwatch.detectors.outliers.forest import (
+    KIND_OF_CLASS,
+    QUANTILE_LEVELS,
+    ClassModel,
+    Forest,
+    fit_class,
+)
 
 FORMAT = "fabricwatch-outliers"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""v1 stored the trees as a pickle; v2 stores them as arrays."""
 
 
 class ModelError(ValueError):
@@ -64,33 +71,34 @@ class OutlierModel:
         return {name: m.threshold(quantile) for name, m in self.classes.items()}
 
     def save(self, path: str | Path) -> None:
-        """A zip of ``meta.json`` (everything but the trees, readable without unpickling) and
-        ``forests.pkl``. JSON floats round-trip exactly, so a loaded model scores like the saved one."""
-        import pickle
-
+        """A zip of ``meta.json`` (everything but the trees) and ``forests.npz`` (the trees as
+        plain arrays, read back with ``allow_pickle=False``). JSON floats round-trip exactly, so a
+        loaded model scores like the saved one."""
         meta = dict(self.meta)
         meta["thresholds"] = self.thresholds(meta["trained_quantile"])
         meta["quantile_levels"] = QUANTILE_LEVELS.tolist()
         meta["classes"] = {name: _class_doc(m) for name, m in self.classes.items()}
-        forests = pickle.dumps({name: m.forest for name, m in self.classes.items()}, protocol=5)
+        arrays: dict[str, np.ndarray] = {}
+        for name, m in self.classes.items():
+            arrays |= m.forest.arrays(name)
+        forests = io.BytesIO()
+        np.savez(forests, allow_pickle=False, **arrays)
         with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
             z.writestr("meta.json", json.dumps(meta, indent=1))
-            z.writestr("forests.pkl", forests)
+            z.writestr("forests.npz", forests.getvalue())
 
     @classmethod
     def load(cls, path: str | Path) -> OutlierModel:
-        """Read a saved model, refusing one this code cannot score the way it was trained. The
-        trees are unpickled only after the metadata checks pass; as with any pickle, load only
-        models you trained."""
-        import pickle
-
+        """Read a saved model, refusing one this code cannot score the way it was trained. Nothing
+        in the file is code: the trees are arrays, loaded without pickle and checked before use."""
         try:
             with zipfile.ZipFile(path) as z:
                 meta = json.loads(z.read("meta.json"))
                 _check_meta(meta, path)
                 docs = {name: _check_class(name, m, path) for name, m in meta.pop("classes").items()}
-                forests = pickle.load(io.BytesIO(z.read("forests.pkl")))
-        except (zipfile.BadZipFile, KeyError, json.JSONDecodeError) as exc:
+                with np.load(io.BytesIO(z.read("forests.npz")), allow_pickle=False) as arrays:
+                    forests = {name: Forest.from_arrays(arrays, name) for name in docs}
+        except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, ValueError, OSError) as exc:
             raise ModelError(f"{path}: not a fabricwatch outlier model ({exc})") from None
         classes = {name: _class_from_doc(name, m, forests[name]) for name, m in docs.items()}
         for derived in ("thresholds", "quantile_levels"):
@@ -122,6 +130,11 @@ def _check_meta(meta: dict, path: str | Path) -> None:
     import sklearn
 
     found = (meta.get("format"), meta.get("format_version"))
+    if found == (FORMAT, 1):
+        raise ModelError(
+            f"{path}: a model file of an earlier fabricwatch (format v1), whose trees are a pickle, "
+            "which could run code when loaded: it is not loaded; retrain it with `fabricwatch train`"
+        )
     if found != (FORMAT, FORMAT_VERSION):
         raise ModelError(
             f"{path}: model format {found[0]} v{found[1]}, this fabricwatch reads {FORMAT} "
@@ -153,7 +166,7 @@ def _check_class(name: str, m: dict, path: str | Path) -> dict:
     return m
 
 
-def _class_from_doc(name: str, m: dict, forest: object) -> ClassModel:
+def _class_from_doc(name: str, m: dict, forest: Forest) -> ClassModel:
     defs = FEATURES[KIND_OF_CLASS[name]]
     index = {f.name: j for j, f in enumerate(defs)}
     columns = np.array([index[f] for f in m["features"]], dtype=np.intp)
