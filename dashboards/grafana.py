@@ -11,6 +11,7 @@ URL but never the secret.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import time
@@ -202,8 +203,12 @@ class GrafanaClient:
     backoff_s: float = 0.5
     timeout_s: float = 10.0
     log: Callable[[str], None] = lambda _text: None
+    insecure: bool = False
+    """Allow plain http to a host other than this one (the token and the ClickHouse password would
+    cross the network in clear text)."""
 
     def __post_init__(self) -> None:
+        require_secure(self.url, self.insecure)
         parts = urlsplit(self.url.rstrip("/"))
         if parts.username is not None:  # user:password@ in the URL: use it, never show it
             self.basic_auth = self.basic_auth or (unquote(parts.username), unquote(parts.password or ""))
@@ -448,3 +453,23 @@ def _message(resp: requests.Response) -> str:
 def _short(exc: Exception) -> str:
     text = str(exc)
     return text if len(text) <= 200 else text[:200] + "..."
+
+
+def require_secure(url: str, insecure: bool = False) -> None:
+    """ValueError for plain http to a host other than this one, unless ``insecure``: the token and
+    the datasource's ClickHouse password would cross the network in clear text."""
+    parts = urlsplit(url)
+    if parts.scheme == "http" and not insecure and not _is_loopback(parts.hostname or ""):
+        raise ValueError(
+            f"http://{parts.hostname}: plain http to another host would send the Grafana token and "
+            "the ClickHouse password in clear text; use https, or --insecure to accept that"
+        )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -260,3 +260,27 @@ def test_cli_push_twice_and_refused_token(grafana, tmp_path, capsys, monkeypatch
 
     monkeypatch.setenv("FABRICWATCH_GRAFANA_TOKEN", grafana.token)
     assert main(argv[:4] + argv[6:]) == 0
+
+
+def test_plain_http_to_another_host_is_refused_without_insecure(capsys):
+    """A token and the ClickHouse password must not cross the network in clear text by default."""
+    argv = [
+        "grafana",
+        "push",
+        "--url",
+        "http://grafana.example:3000",
+        "--clickhouse-url",
+        "clickhouse://ch/db",
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fabricwatch grafana: http://grafana.example: plain http to another host")
+    assert "--insecure" in err
+    for url in (
+        "http://localhost:3000",
+        "http://127.0.0.1:3000",
+        "http://[::1]:3000",
+        "https://grafana.example",
+    ):
+        GrafanaClient(url, token="t")  # loopback and https are fine
+    GrafanaClient("http://grafana.example:3000", token="t", insecure=True)

@@ -55,6 +55,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="uid of the ClickHouse datasource (default: fabricwatch-clickhouse)",
     )
     push.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow plain http to a host other than this one (secrets cross the network in clear text)",
+    )
+    push.add_argument(
         "--folder-uid", default="fabricwatch", help="uid of the dashboards' folder (default: fabricwatch)"
     )
 
@@ -65,15 +70,17 @@ def run(args: argparse.Namespace) -> int:
         GrafanaError,
         parse_clickhouse_url,
         read_anomalies,
+        require_secure,
         resolve_auth,
     )
 
+    require_secure(args.url, args.insecure)
     token, basic = resolve_auth(args.token_file, args.user)
     target = parse_clickhouse_url(args.clickhouse_url, os.environ.get("FABRICWATCH_CLICKHOUSE_PASSWORD", ""))
     anomalies = read_anomalies(args.anomalies) if args.anomalies else []
     if args.from_store:
         anomalies += _stored_anomalies(args.from_store, args.since)
-    client = GrafanaClient(args.url, token=token, basic_auth=basic, log=print)
+    client = GrafanaClient(args.url, token=token, basic_auth=basic, log=print, insecure=args.insecure)
     try:
         result = client.push(
             target,
