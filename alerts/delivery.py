@@ -29,6 +29,7 @@ import requests
 from fabricwatch.alerts.config import ReceiverConfig
 from fabricwatch.alerts.payload import Notification, encode_body
 from fabricwatch.alerts.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from fabricwatch.streams.trouble import Trouble
 
 log = logging.getLogger("fabricwatch.alerts")
 
@@ -114,6 +115,7 @@ class ReceiverQueue:
         self.on_done = on_done
         self.give_up = give_up or GiveUpLog()
         self.stats = DeliveryStats()
+        self.trouble = Trouble(f"receiver {receiver.name}", log)
         self._lock = threading.Lock()
         self._has_work = threading.Condition(self._lock)  # workers wait here for a ready group
         self._room = threading.Condition(self._lock)  # submit and drain wait here
@@ -213,6 +215,7 @@ class ReceiverQueue:
                 status = resp.status_code
                 resp.close()
                 if 200 <= status < 300:
+                    self.trouble.ok(f"{self._size} notifications pending")
                     return self._finish(n, body, True, attempt, status, "", started)
                 retryable = status >= 500 or status in _RETRYABLE
                 retry_after = _retry_after(resp.headers.get("Retry-After"))
@@ -224,6 +227,7 @@ class ReceiverQueue:
                 log.exception("notification %s for receiver %s failed", n.key, r.name)
                 status, error, retryable = None, type(exc).__name__, False
             self._count(attempt=True, error=error)
+            self.trouble.failed(error, f"{self._size} notifications")
             delay = min(r.backoff_max, r.backoff_initial * 2 ** (attempt - 1))
             delay = retry_after if retry_after is not None else random.uniform(delay / 2, delay)
             delay = min(delay, r.backoff_max)

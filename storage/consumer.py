@@ -27,6 +27,7 @@ from fabricwatch.storage.backends import StoreError
 from fabricwatch.storage.sink import DEFAULT_MAX_DELAY_S, DEFAULT_MAX_ROWS, Sink, SinkStats
 from fabricwatch.storage.store import Store
 from fabricwatch.streams.kafka_io import BrokerSettings
+from fabricwatch.streams.trouble import Trouble
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,7 @@ class StoreConsumer:
         from kafka import KafkaConsumer
 
         self.sink = Sink(store, max_rows=max_rows, max_delay_s=max_delay_s)
+        self.trouble = Trouble(f"store {store.where}", log)
         self.stats = ConsumerStats()
         self.backoff = backoff or Backoff()
         self._pending: dict[Any, int] = {}
@@ -155,14 +157,16 @@ class StoreConsumer:
         paused = False
         try:
             while True:
+                rows = self.sink.pending_rows
                 try:
                     self.sink.flush()
+                    self.trouble.ok(f"{rows:,} rows stored")
                     break
                 except StoreError as exc:
                     self.stats.retries += 1
                     self.stats.last_error = str(exc)
                     delay = next(delays)
-                    log.warning("store failed (%s); retrying in %.1f s", exc, delay)
+                    self.trouble.failed(str(exc), f"{rows:,} rows (the rest waits in Kafka)")
                     if not paused:
                         self._consumer.pause(*self._consumer.assignment())
                         paused = True

@@ -153,6 +153,9 @@ def test_what_cannot_be_delivered_is_given_up_recorded_and_the_group_moves_on(tm
     assert sorted(x["idempotency_key"] for x in lines) == sorted(doomed)
     assert all(x["body"]["version"] == "4" and x["receiver"] == "rx" and x["attempts"] == 3 for x in lines)
     assert sum("gave up on notification" in r.message for r in caplog.records) == 2
+    trouble = [r.message for r in caplog.records if r.message.startswith("receiver rx: ")]
+    assert trouble[0].startswith("receiver rx: failing (HTTP 500); retrying with backoff")
+    assert any("recovered after" in m for m in trouble)  # the end of the trouble is said too
     leaf0 = [
         r.headers["X-Fabricwatch-Sequence"]
         for r in rx.accepted

@@ -4,6 +4,7 @@ server outage is ridden out with the backlog left in Kafka."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -89,7 +90,10 @@ def test_a_crash_between_insert_and_commit_redelivers_without_double_counting(
 
 
 @pytest.mark.skipif(server_binary() is None, reason="clickhouse-server is not installed")
-def test_the_sink_waits_out_a_server_outage_with_kafka_holding_the_backlog(broker, tmp_path, fabric_stream):
+def test_the_sink_waits_out_a_server_outage_with_kafka_holding_the_backlog(
+    broker, tmp_path, fabric_stream, caplog
+):
+    caplog.set_level(logging.WARNING, logger="fabricwatch.storage")
     rates = [m for m in fabric_stream if isinstance(m, PortRates)][:400]
     server = LocalClickHouse(tmp_path / "server").start()
     try:
@@ -121,6 +125,15 @@ def test_the_sink_waits_out_a_server_outage_with_kafka_holding_the_backlog(broke
         stop.set()
         runner.join(timeout=15)
         assert store.query("SELECT count() FROM rates_raw")[0][0] == rows
+        said = [r.message for r in caplog.records if r.name == "fabricwatch.storage.consumer"]
+        assert (
+            said[0].startswith(f"store {store.where}: failing (")
+            and "rows (the rest waits in Kafka)" in said[0]
+        )
+        assert (
+            said[-1].startswith(f"store {store.where}: recovered after")
+            and f"{rows:,} rows stored" in said[-1]
+        )
         assert (
             store.query(
                 "SELECT sum(n) FROM (SELECT sum(samples) AS n FROM rates_1m GROUP BY device, port, ts)"
