@@ -5,10 +5,12 @@ idempotency keys), which the receiver drops as duplicates."""
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 
 import pytest
+from malformed import KINDS, make
 from waiting import wait_for
 
 from fabricwatch.alerts.config import parse_alerts
@@ -16,7 +18,7 @@ from fabricwatch.alerts.consumer import OffsetTracker, run_consumer
 from fabricwatch.alerts.receiver import WebhookReceiver
 from fabricwatch.local.broker import EmbeddedBroker
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import Anomaly, RootCause, encode
+from fabricwatch.schemas.messages import Anomaly, DecodeError, RootCause, decode, encode
 from fabricwatch.streams.kafka_io import BrokerSettings, Publisher, ensure_topics
 
 GROUP = "alerts-test"
@@ -225,3 +227,49 @@ def test_the_anomaly_that_opens_an_alert_is_held_until_the_alert_has_ended():
     for token in [*step.released, *(tok for n in step.notifications for tok in n.tokens)]:
         t.done(token)
     assert t.committable() == {"p": 2}
+
+
+def test_malformed_anomalies_cost_only_themselves_and_are_committed():
+    """Every kind of malformed message on fabric.anomalies (deep nesting included): each skipped,
+    counted and committed past; the good anomaly among them is delivered."""
+    good = anomalies("firing")[0]
+    rng = random.Random(8)
+    bad = []
+    for i, kind in enumerate(KINDS * 2):
+        value = make(kind, encode(good), rng, i)
+        try:
+            decode(value, Anomaly)
+        except DecodeError:
+            bad.append(value)
+    with EmbeddedBroker() as b, WebhookReceiver(behaviour=lambda k, a: "ok") as rx:
+        settings = BrokerSettings(bootstrap=b.bootstrap)
+        ensure_topics(settings, [topics.ANOMALIES])
+        config = parse_alerts(
+            {
+                "receivers": [{"name": "rx", "url": rx.url}],
+                "route": {"receiver": "rx", "group_wait": 0, "group_interval": "200ms"},
+            },
+            environ={},
+        )
+        publisher = Publisher(settings, linger_ms=0)
+        for value in bad:
+            publisher.send(topics.ANOMALIES, good.fingerprint, value)  # one partition, in order
+        publisher.send(topics.ANOMALIES, good.fingerprint, encode(good))
+        publisher.send(topics.ANOMALIES, good.fingerprint, encode(anomalies("resolved")[0]))
+        publisher.close()
+        stop = threading.Event()
+        stats: list = []
+        thread = threading.Thread(
+            target=lambda: stats.append(
+                run_consumer(
+                    settings, config, stop, GROUP, commit_interval_s=0.2, drain_s=0.3, consumer_options=TANSU
+                )
+            ),
+            daemon=True,
+        )
+        thread.start()
+        assert wait_for(lambda: [r.body["status"] for r in rx.accepted] == ["firing", "resolved"])
+        assert wait_for(lambda: committed(settings) == ends(settings), 10)
+        stop.set()
+        thread.join(timeout=20)
+    assert stats[0].malformed == len(bad) >= len(KINDS)

@@ -5,14 +5,16 @@ server outage is ridden out with the backlog left in Kafka."""
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 
 import pytest
+from malformed import KINDS, make
 
 from fabricwatch.local.clickhouse_server import LocalClickHouse, server_binary
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import Anomaly, Phase, PortRates, Topology, encode
+from fabricwatch.schemas.messages import Anomaly, DecodeError, Phase, PortRates, Topology, decode, encode
 from fabricwatch.storage.consumer import Backoff, StoreConsumer
 from fabricwatch.storage.sink import Sink
 from fabricwatch.storage.store import Store
@@ -38,6 +40,28 @@ def publish(settings: BrokerSettings, messages: list) -> None:
             pub.send(topics.TOPOLOGY, "fabric", encode(m), m.ts_ns)
     pub.close()
     assert pub.stats.acked == len(messages) and pub.stats.failed == pub.stats.dropped == 0
+
+
+def undecodable(messages: list) -> list[tuple[str, bytes]]:
+    """Every kind of malformed message (tests/malformed.py) on each topic the sink reads, keeping
+    only those that cannot decode: a well-formed message of a device of its own would be stored."""
+    by_topic = {
+        PortRates: topics.RATES,
+        Anomaly: topics.ANOMALIES,
+        Phase: topics.PHASES,
+        Topology: topics.TOPOLOGY,
+    }
+    out = []
+    rng = random.Random(7)
+    for kind_of, topic in by_topic.items():
+        sample = encode(next(m for m in messages if isinstance(m, kind_of)))
+        for i, kind in enumerate(KINDS * 3):
+            value = make(kind, sample, rng, i)
+            try:
+                decode(value, kind_of)
+            except DecodeError:
+                out.append((topic, value))
+    return out
 
 
 def totals(store: Store) -> dict[str, tuple]:
@@ -149,6 +173,11 @@ def test_cli_sink_stores_what_the_broker_holds(broker, tmp_path, fabric_stream, 
     from fabricwatch.cli.main import main
 
     publish(broker, fabric_stream)
+    bad = undecodable(fabric_stream)
+    pub = Publisher(broker)
+    for topic, value in bad:
+        pub.send(topic, "bad", value, 0)
+    pub.close()
     argv = [
         "sink",
         "--broker",
@@ -164,5 +193,6 @@ def test_cli_sink_stores_what_the_broker_holds(broker, tmp_path, fabric_stream, 
     out = capsys.readouterr().out
     rows = sum(len(m.ports) for m in fabric_stream if isinstance(m, PortRates))
     assert f"stored {rows} rate rows (0 already stored)" in out
+    assert f"{len(bad)} malformed" in out  # every kind of malformed message, each costing only itself
     with Store.open(tmp_path / "d") as store:
         assert store.query("SELECT count() FROM rates_raw")[0][0] == rows
