@@ -79,6 +79,14 @@ def store_target(request: pytest.FixtureRequest, tmp_path) -> str:
 
 
 @pytest.fixture(scope="session")
+def demo_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo scenario simulated once for the session (its 180 s: an incast, a storm, a collapse)."""
+    path = tmp_path_factory.mktemp("demo") / "demo.trace.gz"
+    simulate(load_scenario(SCENARIOS / "demo.yaml"), path)
+    return path
+
+
+@pytest.fixture(scope="session")
 def fabric_stream(tmp_path_factory: pytest.TempPathFactory) -> list:
     """What the storage sink consumes, in order: the PortRates, phases, topology and anomalies of a
     simulated 30 s of the demo fabric (clock started an hour ago), as stage 1/2 would publish them."""

@@ -13,7 +13,6 @@ from test_stages import in_process, streamed
 from fabricwatch.detectors.clock import ClockGuard
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.pipeline import Pipeline
-from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.replay import replay_trace
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Snapshot, decode
@@ -23,13 +22,6 @@ pytestmark = pytest.mark.integration  # slow: the demo through both stages
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 NS = 1_000_000_000
-
-
-@pytest.fixture(scope="module")
-def demo_trace(tmp_path_factory):
-    path = tmp_path_factory.mktemp("clock") / "demo.trace.gz"
-    simulate(load_scenario(SCENARIOS / "demo.yaml"), path)
-    return path
 
 
 def with_a_snapshot_from_the_future(src: Path, dst: Path, ahead_s: float) -> str:

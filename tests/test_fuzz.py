@@ -12,7 +12,6 @@ from malformed import KINDS, generate, make
 
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.pipeline import Pipeline
-from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.replay import replay_trace
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import DecodeError, Phase, Snapshot, Topology, decode
@@ -21,13 +20,6 @@ from fabricwatch.schemas.trace import TraceReader, TraceWriter
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 BAD_PER_KIND = 160  # 2,080 malformed messages in all
 _TYPES = (Snapshot, Phase, Topology)
-
-
-@pytest.fixture(scope="module")
-def demo_trace(tmp_path_factory):
-    path = tmp_path_factory.mktemp("fuzz") / "demo.trace.gz"
-    simulate(load_scenario(SCENARIOS / "demo.yaml"), path)
-    return path
 
 
 @pytest.fixture(scope="module")

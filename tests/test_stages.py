@@ -12,7 +12,6 @@ import pytest
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.detectors.ticks import Ticker
-from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.replay import replay_trace
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Phase, PortRates, Symptom, Topology, Watermark, decode, encode
@@ -23,13 +22,6 @@ pytestmark = pytest.mark.integration  # slow: whole scenarios through both stage
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 PARTITIONS = 4
-
-
-@pytest.fixture(scope="module")
-def demo_trace(tmp_path_factory):
-    path = tmp_path_factory.mktemp("stages") / "demo.trace.gz"
-    simulate(load_scenario(SCENARIOS / "demo.yaml"), path)
-    return path
 
 
 def in_process(path: Path) -> list[tuple[str, str, str, int]]:
