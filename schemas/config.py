@@ -69,9 +69,6 @@ class ConfigFile:
                 raise ConfigError(_unknown(str(key), SECTIONS), self.path, str(key))
         self._doc: dict[str, Any] = doc
 
-    def has(self, name: str) -> bool:
-        return self._doc.get(name) is not None
-
     def raw(self, name: str) -> Any:
         """A section as plain data (None when absent), for components that compile it themselves."""
         return self._doc.get(name)
