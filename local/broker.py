@@ -46,6 +46,10 @@ class EmbeddedBroker:
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 

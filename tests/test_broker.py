@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import signal
+import socket
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from waiting import wait_for
 
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.schemas import topics
@@ -105,3 +110,38 @@ def test_unreachable_broker_is_a_clear_error(tmp_path, capsys):
     dead = f"127.0.0.1:{free_port()}"
     assert main(["replay", str(trace), "--broker", dead]) == 2
     assert f"broker {dead}" in capsys.readouterr().err
+
+
+def test_fabricwatch_broker_serves_until_ctrl_c(tmp_path):
+    """``fabricwatch broker`` prints its address, takes a replay, and stops cleanly on SIGINT."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fabricwatch", "broker"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        address = proc.stdout.readline().strip()
+        assert address.startswith("127.0.0.1:"), proc.stderr.read() if proc.poll() is not None else address
+        settings = BrokerSettings(bootstrap=address)
+        trace = tmp_path / "demo.trace.gz"
+        simulate(load_scenario(SCENARIOS / "demo.yaml", {"duration": 5}), trace)
+        published = publish_trace(trace, settings)
+        assert published.stats.acked == published.records > 0
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 130
+        assert proc.stderr.read().rstrip().endswith("fabricwatch broker: stopped")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not wait_for(lambda: _listening(address), 1.0)  # the broker process went with it
+
+
+def _listening(address: str) -> bool:
+    host, port = address.split(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=0.2).close()
+        return True
+    except OSError:
+        return False

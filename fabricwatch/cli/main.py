@@ -14,6 +14,7 @@ from types import ModuleType
 from fabricwatch import __version__
 from fabricwatch.cli import (
     alert,
+    broker,
     collect,
     demo,
     evaluate,
@@ -37,6 +38,7 @@ COMMANDS: dict[str, ModuleType] = {
     "replay": replay,
     "demo": demo,
     "run": run,
+    "broker": broker,
     "worker": worker,
     "sink": sink,
     "alert": alert,
