@@ -20,7 +20,9 @@ from fabricwatch.storage.schema import (
     device_latest,
     phases,
     rates_raw,
+    rollup_table,
     rollup_v1,
+    rollup_view,
     rollups_v3,
     topology,
 )
@@ -66,11 +68,17 @@ def migration_ddl(
     return [(m, m.statements(g)) for m in MIGRATIONS if after < m.version <= last]
 
 
-def full_ddl(dialect: Dialect, opts: SchemaOptions | None = None) -> list[str]:
-    """Every statement for a fresh database, in order (what ``fabricwatch schema --print`` would show)."""
-    opts = opts or SchemaOptions()
-    out = bootstrap_ddl(dialect, opts)
+def current_ddl(dialect: Dialect, opts: SchemaOptions) -> list[str]:
+    """A new database at ``LATEST_VERSION``, built directly: the tables the migrations leave, without
+    creating the v1 rollups only to replace them (a new store has nothing to migrate)."""
     g = DDL(dialect, opts)
-    for m in MIGRATIONS:
-        out += m.statements(g)
-    return out
+    out = rates_raw(g)
+    for name in ROLLUPS:
+        out += [*rollup_table(g, name, name), rollup_view(g, name)]
+    return out + device_latest(g) + anomaly_events(g) + phases(g) + topology(g) + anomalies_latest(g)
+
+
+def full_ddl(dialect: Dialect, opts: SchemaOptions | None = None) -> list[str]:
+    """Every statement for a new database, in order (what ``fabricwatch schema`` prints)."""
+    opts = opts or SchemaOptions()
+    return bootstrap_ddl(dialect, opts) + current_ddl(dialect, opts)

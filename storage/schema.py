@@ -269,7 +269,7 @@ its known values and its peak. Read them with plain ``sum``/``max`` and a ``GROU
 may be in several rows until a merge folds them): ``sum(m_sum) / sum(m_n)`` is the mean."""
 
 
-def _rollup_table(g: DDL, name: str, table: str) -> list[str]:
+def rollup_table(g: DDL, name: str, table: str) -> list[str]:
     """The v3 rollup ``name``, created as ``table`` (the name itself, or a staging name).
 
     Plain sums, counts and maxima rather than ``avgState``/``maxState``: a state column is
@@ -299,7 +299,7 @@ def _rollup_table(g: DDL, name: str, table: str) -> list[str]:
     return g.table(table, cols, engine, order, partition, tail, shard_key="cityHash64(device)")
 
 
-def _rollup_view(g: DDL, name: str) -> str:
+def rollup_view(g: DDL, name: str) -> str:
     seconds = ROLLUPS[name][0]
     values = [f"sum({m}) AS {m}_sum, count({m}) AS {m}_n, max({m}) AS {m}_max" for m in RATE_METRICS]
     select = (
@@ -337,7 +337,7 @@ def rollups_v3(g: DDL) -> list[str]:
     out = [f"DROP TABLE IF EXISTS {db}.{name}_mv{cluster}" for name in ROLLUPS]
     for name in ROLLUPS:
         staging = f"{name}_v3"
-        out += _rollup_table(g, name, staging)
+        out += rollup_table(g, name, staging)
         out.append(_backfill_from_v1(g, name, staging))
         out.append(f"DROP TABLE IF EXISTS {g.local(name)}{cluster}")
         if g.o.cluster:
@@ -346,7 +346,7 @@ def rollups_v3(g: DDL) -> list[str]:
         out.append(f"RENAME TABLE {g.local(staging)} TO {g.local(name)}{cluster}")
         if g.o.cluster:
             out.append(g.distributed(name, "cityHash64(device)"))
-        out.append(_rollup_view(g, name))
+        out.append(rollup_view(g, name))
     return out
 
 

@@ -9,7 +9,14 @@ from typing import Self
 import numpy as np
 
 from fabricwatch.storage.backends import Backend, StoreError, open_backend
-from fabricwatch.storage.migrations import LATEST_VERSION, bootstrap_ddl, migration_ddl
+from fabricwatch.storage.migrations import (
+    LATEST_VERSION,
+    MIGRATIONS,
+    Migration,
+    bootstrap_ddl,
+    current_ddl,
+    migration_ddl,
+)
 from fabricwatch.storage.schema import SchemaOptions
 
 DEFAULT_DATA_DIR = Path("fabricwatch-data")
@@ -76,21 +83,31 @@ class Store:
             )
         if upto is not None and current > upto:
             raise ValueError(f"the database is at schema version {current}, newer than {upto}")
+        if current == 0 and upto in (None, LATEST_VERSION):
+            # A new store is created at the current version directly; every version is recorded.
+            for sql in current_ddl(self.backend.dialect, self.options):
+                self.backend.execute(sql)
+            self._record(list(MIGRATIONS))
+            self.backend.use_database()
+            return [m.version for m in MIGRATIONS]
         applied = []
         for migration, statements in migration_ddl(self.backend.dialect, self.options, current, upto):
             for sql in statements:
                 self.backend.execute(sql)
-            self.backend.insert(
-                f"{self.options.database}.schema_version",
-                {
-                    "version": np.array([migration.version], dtype=np.uint32),
-                    "applied": np.array([np.datetime64(int(time.time()), "s")]),
-                    "description": [migration.description],
-                },
-            )
+            self._record([migration])
             applied.append(migration.version)
         self.backend.use_database()
         return applied
+
+    def _record(self, migrations: list[Migration]) -> None:
+        self.backend.insert(
+            f"{self.options.database}.schema_version",
+            {
+                "version": np.array([m.version for m in migrations], dtype=np.uint32),
+                "applied": np.array([np.datetime64(int(time.time()), "s")] * len(migrations)),
+                "description": [m.description for m in migrations],
+            },
+        )
 
     def query(self, sql: str) -> list[tuple]:
         """Rows of a SELECT as tuples (DateTime columns as timezone-aware datetimes)."""

@@ -14,7 +14,7 @@ from fabricwatch.local.broker import free_port
 from fabricwatch.local.clickhouse_server import LocalClickHouse, server_binary
 from fabricwatch.schemas.messages import Anomaly, Phase, PortRates, RootCause, Topology
 from fabricwatch.storage.backends import ServerAddress, StoreError
-from fabricwatch.storage.migrations import LATEST_VERSION, full_ddl
+from fabricwatch.storage.migrations import LATEST_VERSION, MIGRATIONS, full_ddl
 from fabricwatch.storage.schema import MODERN, OLD_DEBIAN, SchemaOptions
 from fabricwatch.storage.sink import Sink
 from fabricwatch.storage.store import Store
@@ -145,6 +145,30 @@ def test_schema_applied_twice_changes_nothing(store_target):
         assert {"rates_raw", *ROLLUPS, "anomalies_latest", "phases", "topology_links"} <= names
     with Store.open(store_target) as again:  # reopening applies nothing either
         assert again.apply_schema() == [] and count(again, "schema_version") == LATEST_VERSION
+
+
+def test_a_new_store_is_created_at_the_current_version_as_a_migrated_one_is(tmp_path, store_target):
+    """A new store is built at the newest version directly (no v1 rollups created only to be
+    dropped), and holds the same tables, defined the same way, as a store migrated from v1."""
+    migrated_target = str(tmp_path / "migrated") if "://" not in store_target else store_target + "_migrated"
+
+    def tables(store: Store) -> list[tuple]:
+        rows = store.query(
+            f"SELECT name, engine, create_table_query FROM system.tables WHERE database = '{store.database}'"
+        )
+        return sorted((n, e, q.replace(f"{store.database}.", "DB.")) for n, e, q in rows)
+
+    with Store.open(store_target, apply_schema=False) as fresh:
+        assert fresh.apply_schema() == [m.version for m in MIGRATIONS]
+        assert count(fresh, "schema_version") == LATEST_VERSION
+        new = tables(fresh)
+    if "://" not in store_target:
+        dropped = Path(store_target) / "metadata_dropped"
+        assert not dropped.exists() or not any(dropped.iterdir())
+    with Store.open(migrated_target, apply_schema=False) as migrated:
+        migrated.apply_schema(upto=1)
+        migrated.apply_schema()
+        assert tables(migrated) == new
 
 
 def test_an_older_schema_is_upgraded_in_place(store_target, fabric_stream):
