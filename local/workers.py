@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -17,7 +19,10 @@ from fabricwatch.local.processes import stop_process
 
 
 class WorkerProcess:
-    """Started on construction; ``stop`` sends SIGTERM (Faust commits and leaves the group)."""
+    """Started on construction; ``stop`` sends SIGTERM (Faust commits and leaves the group).
+
+    Its Faust state directory is made here and removed by ``stop``, whatever the signal: a worker
+    killed outright cannot clean up after itself, and nothing may be left in the temp directory."""
 
     def __init__(
         self,
@@ -27,6 +32,7 @@ class WorkerProcess:
         extra_args: list[str] | None = None,
     ) -> None:
         self.port = free_port()
+        self.state_dir = Path(tempfile.mkdtemp(prefix="fabricwatch-worker-"))
         self._log: IO[bytes] | None = log.open("wb") if log is not None else None
         cmd = [
             sys.executable,
@@ -39,6 +45,8 @@ class WorkerProcess:
             str(session_timeout_s),
             "--web-port",
             str(self.port),
+            "--state-dir",
+            str(self.state_dir),
             *(extra_args or []),
         ]
         out = self._log if self._log is not None else subprocess.DEVNULL
@@ -79,6 +87,7 @@ class WorkerProcess:
         code = stop_process(self.proc, sig, timeout_s)
         if self._log is not None:
             self._log.close()
+        shutil.rmtree(self.state_dir, ignore_errors=True)
         return code
 
     def __enter__(self) -> Self:

@@ -118,6 +118,7 @@ def test_killing_a_worker_loses_no_anomaly(broker, workers, tmp_path):
     assert wait_for(lambda: firing([decode(r.value) for r in out.records]), 60)
     assert not expected.keys() <= firing([decode(r.value) for r in out.records]).keys()
     workers[0].stop(signal.SIGKILL)  # no goodbye: its partitions move after the session timeout
+    assert not workers[0].state_dir.exists()  # and nothing of it is left in the temp directory
     feeder.join()
 
     def resolved() -> set[str]:

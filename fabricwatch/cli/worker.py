@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 from pathlib import Path
 
@@ -53,14 +54,18 @@ def run_worker(settings: BrokerSettings, args: argparse.Namespace) -> int:
 
     config = options.detector_config(args)
     ensure_topics(settings)
-    with tempfile.TemporaryDirectory(prefix="fabricwatch-worker-") as tmp:
+    with contextlib.ExitStack() as stack:
+        # A temporary state directory only when none is given (one given is its owner's to remove).
+        state = args.state_dir or Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="fabricwatch-worker-"))
+        )
         opts = WorkerOptions(
             broker=settings,
             config=config,
             outliers=options.outlier_detector(args.model, config),
             web_bind=args.web_bind,
             web_port=args.web_port,
-            datadir=args.state_dir or Path(tmp),
+            datadir=state,
             session_timeout_s=args.session_timeout,
         )
         worker = faust.Worker(make_app(opts), loglevel=args.loglevel, quiet=True)
