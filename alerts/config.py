@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -210,8 +211,10 @@ def _receiver(r: ReceiverSpec, key: str, where: str, environ: dict[str, str]) ->
     url = _secret_source(r.url, r.url_env, r.url_file, f"{key}.url", where, environ)
     if url is None:
         raise ConfigError(f"{where}: {key}: give one of url, url_env or url_file")
-    if not url.reveal().startswith(("http://", "https://")):
-        raise ConfigError(f"{where}: {key}.url: must be an http:// or https:// URL")
+    parts = urlsplit(url.reveal())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        # Said at start, not 30 s later at the first delivery; the URL itself may be a secret.
+        raise ConfigError(f"{where}: {key}.url: must be an http:// or https:// URL with a host")
     secret = _secret_source(None, r.secret_env, r.secret_file, f"{key}.secret", where, environ)
     if r.ca_file and not Path(r.ca_file).is_file():
         raise ConfigError(f"{where}: {key}.ca_file: {r.ca_file} is not a file")

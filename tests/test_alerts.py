@@ -428,9 +428,10 @@ def test_config_errors_name_the_key_and_the_problem(tmp_path):
             "route": {"receiver": "ops"},
         }
     )
-    assert "alerts.receivers[0].url: must be an http" in error(
-        {"receivers": [{"name": "ops", "url": "x"}], "route": {"receiver": "ops"}}
-    )
+    for url in ("x", "http://", "https:///path", "ftp://host/"):
+        assert "alerts.receivers[0].url: must be an http:// or https:// URL with a host" in error(
+            {"receivers": [{"name": "ops", "url": url}], "route": {"receiver": "ops"}}
+        )
     (tmp_path / "c.yaml").write_text("detectors: {}\n")
     with pytest.raises(ConfigError, match="no alerts: section"):
         load_alerts_config(tmp_path / "c.yaml")
