@@ -20,7 +20,6 @@ from fabricwatch.schemas.trace import TraceReader, TraceWriter
 
 pytestmark = pytest.mark.integration  # slow: the demo through both stages
 
-SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 NS = 1_000_000_000
 
 

@@ -5,7 +5,6 @@ reported with its reason, and the clean run's anomalies come out unchanged."""
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 from malformed import KINDS, generate, make
@@ -17,7 +16,6 @@ from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import DecodeError, Phase, Snapshot, Topology, decode
 from fabricwatch.schemas.trace import TraceReader, TraceWriter
 
-SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 BAD_PER_KIND = 160  # 2,080 malformed messages in all
 _TYPES = (Snapshot, Phase, Topology)
 

@@ -20,7 +20,6 @@ from fabricwatch.streams.stages import Stage1Worker, Stage2Worker
 
 pytestmark = pytest.mark.integration  # slow: whole scenarios through both stages
 
-SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 PARTITIONS = 4
 
 

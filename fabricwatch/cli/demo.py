@@ -10,6 +10,7 @@ from pathlib import Path
 from fabricwatch.cli import options
 from fabricwatch.cli.replay import replay
 from fabricwatch.cli.simulate import add_scenario, simulate_to
+from fabricwatch.storage.store import DEFAULT_DATA_DIR
 
 HELP = "simulate the demo scenario and replay it (no broker, no server)"
 DESCRIPTION = """Simulate a scenario (the demo by default) and replay it through the detection
@@ -20,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help=HELP, description=DESCRIPTION)
     add_scenario(p)
     options.add_detection(p)
-    options.add_store(p, options.DEFAULT_STORE, can_skip=True)
+    options.add_store(p, DEFAULT_DATA_DIR, can_skip=True)
     p.set_defaults(alerts=None)
 
 

@@ -16,13 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fabricwatch.detectors.config import DetectorConfig, load_config
-from fabricwatch.storage.store import DEFAULT_DATA_DIR
 
 if TYPE_CHECKING:
     from fabricwatch.detectors.outliers import OutlierDetector
     from fabricwatch.streams.kafka_io import BrokerSettings
-
-DEFAULT_STORE = DEFAULT_DATA_DIR
 
 
 def default_scenario() -> Path:

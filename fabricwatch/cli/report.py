@@ -7,6 +7,7 @@ from pathlib import Path
 
 from fabricwatch.cli import options
 from fabricwatch.storage.schema import ROLLUPS
+from fabricwatch.storage.store import DEFAULT_DATA_DIR
 
 HELP = "write PNG charts and an HTML index from the ClickHouse store"
 DESCRIPTION = """Draw per-port timelines (utilisation, pause time, ECN, queue) with incidents shaded,
@@ -17,7 +18,7 @@ Grafana."""
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help=HELP, description=DESCRIPTION)
     p.add_argument("--out", type=Path, required=True, help="directory for the PNGs and index.html")
-    options.add_store(p, options.DEFAULT_STORE)
+    options.add_store(p, DEFAULT_DATA_DIR)
     p.add_argument(
         "--start", default=None, help="ISO 8601 (UTC) or ns since the epoch (default: the first stored)"
     )

@@ -32,6 +32,7 @@ from fabricwatch.local.broker import EmbeddedBroker
 from fabricwatch.local.workers import WorkerProcess
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Anomaly, DecodeError, decode, encode
+from fabricwatch.storage.store import DEFAULT_DATA_DIR
 from fabricwatch.streams.kafka_io import BrokerSettings, ensure_topics
 from fabricwatch.streams.traces import PublishResult, publish_trace
 
@@ -57,7 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     options.add_config(r)
     r.add_argument("--json", action="store_true", help="print anomaly events as JSON lines")
-    options.add_store(r, options.DEFAULT_STORE, can_skip=True)
+    options.add_store(r, DEFAULT_DATA_DIR, can_skip=True)
     r.add_argument(
         "--report",
         type=Path,

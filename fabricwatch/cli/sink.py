@@ -8,6 +8,7 @@ import sys
 import threading
 
 from fabricwatch.cli import options
+from fabricwatch.storage.store import DEFAULT_DATA_DIR
 
 HELP = "store fabric.rates/anomalies/phases/topology from Kafka into ClickHouse"
 DESCRIPTION = """Consume fabric.rates, fabric.anomalies, fabric.phases and fabric.topology and insert
@@ -19,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sink", help=HELP, description=DESCRIPTION)
     options.add_broker(p)
     options.add_config(p, section="broker")
-    options.add_store(p, options.DEFAULT_STORE)
+    options.add_store(p, DEFAULT_DATA_DIR)
     p.add_argument(
         "--group-id",
         default="fabricwatch-sink",
