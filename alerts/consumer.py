@@ -21,6 +21,7 @@ from fabricwatch.alerts.delivery import GiveUpLog, stats_json
 from fabricwatch.alerts.service import AlertService
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Anomaly, DecodeError, decode
+from fabricwatch.streams.epochs import METADATA_MAX_AGE_MS, LogEpochs
 from fabricwatch.streams.kafka_io import BrokerSettings
 
 log = logging.getLogger("fabricwatch.alerts")
@@ -28,22 +29,37 @@ log = logging.getLogger("fabricwatch.alerts")
 
 class OffsetTracker:
     """Per partition, the offsets still in flight (with how many releases each awaits) and the next
-    offset after the highest seen; thread-safe (delivery workers release tokens)."""
+    offset after the highest seen; thread-safe (delivery workers release tokens).
+
+    A token names the log it came from: after the broker came back as a new log, offsets of the
+    old one mean nothing, and releasing them (an alert opened before, ending now) changes nothing."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending: dict[Any, dict[int, int]] = {}
         self._next: dict[Any, int] = {}
+        self._log = 0
+
+    def token(self, tp: Any, offset: int) -> tuple[Any, int, int]:
+        return tp, offset, self._log
+
+    def new_log(self) -> None:
+        """Forget every offset: the broker's log started over."""
+        with self._lock:
+            self._pending.clear()
+            self._next.clear()
+            self._log += 1
 
     def hold(self, tp: Any, offset: int, count: int = 1) -> None:
         with self._lock:
             self._next[tp] = max(self._next.get(tp, 0), offset + 1)
             self._add(tp, offset, count)
 
-    def done(self, token: tuple[Any, int]) -> None:
-        tp, offset = token
+    def done(self, token: tuple[Any, int, int]) -> None:
+        tp, offset, log_no = token
         with self._lock:
-            self._add(tp, offset, -1)
+            if log_no == self._log:
+                self._add(tp, offset, -1)
 
     def _add(self, tp: Any, offset: int, count: int) -> None:
         """A count may dip below zero for a moment (a group released the token before ``hold`` said
@@ -70,6 +86,7 @@ class ConsumerStats:
     consumed: int = 0
     malformed: int = 0
     commits: int = 0
+    new_logs: int = 0
     notifications: int = 0
     delivery: dict[str, Any] = field(default_factory=dict)
 
@@ -112,9 +129,11 @@ def run_consumer(
         "auto_offset_reset": "earliest",
         # Kafka answers a fetch as soon as data is in; Tansu holds it open for up to this wait.
         "fetch_max_wait_ms": 100,
+        "metadata_max_age_ms": METADATA_MAX_AGE_MS,
     }
     options.update(consumer_options or {})
     consumer = KafkaConsumer(topics.ANOMALIES, **settings.kafka_kwargs(), **options)
+    epochs = LogEpochs(consumer, "alerts")
     stats = ConsumerStats()
     committed: dict[Any, int] = {}
     high_water = sum(q.receiver.queue_size for q in service.queues.values()) // 2
@@ -143,7 +162,13 @@ def run_consumer(
                 consumer.pause(*consumer.assignment())
             elif consumer.paused():
                 consumer.resume(*consumer.paused())
-            for tp, records in consumer.poll(timeout_ms=100, max_records=1000).items():
+            polled = consumer.poll(timeout_ms=100, max_records=1000)
+            if epochs.changed():  # read again from the new log's beginning; repeats notify nobody twice
+                tracker.new_log()
+                committed.clear()
+                stats.new_logs += 1
+                continue
+            for tp, records in polled.items():
                 for rec in records:
                     stats.consumed += 1
                     _ingest(service, tracker, tp, rec, stats)
@@ -164,11 +189,12 @@ def run_consumer(
 def _ingest(service: AlertService, tracker: OffsetTracker, tp: Any, rec: Any, stats: ConsumerStats) -> None:
     """Hold the offset while the anomaly is routed, then once per group it joined."""
     tracker.hold(tp, rec.offset)
+    token = tracker.token(tp, rec.offset)
     try:
         anomaly = decode(rec.value, Anomaly)
     except DecodeError as exc:
         stats.malformed += 1
         log.warning("%s[%d]@%d: malformed anomaly skipped: %s", tp.topic, tp.partition, rec.offset, exc)
     else:
-        tracker.hold(tp, rec.offset, service.ingest(anomaly, (tp, rec.offset)))
-    tracker.done((tp, rec.offset))
+        tracker.hold(tp, rec.offset, service.ingest(anomaly, token))
+    tracker.done(token)

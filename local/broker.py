@@ -3,12 +3,18 @@
 Tansu keeps everything in memory and starts in milliseconds, so ``fabricwatch run`` works on a
 laptop with nothing installed and the integration tests talk to a real broker process. It is not a
 production broker: users point ``--broker`` at their Kafka cluster.
+
+Restarted, it starts empty and its offsets start over. Each start therefore gets a cluster id of
+its own, as a Kafka cluster whose data is wiped does: clients see the new id in the metadata and
+know the log they had positions in is gone (``streams/epochs.py``), instead of reading on from
+positions that now point into other records.
 """
 
 from __future__ import annotations
 
 import socket
 import subprocess
+import uuid
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -44,6 +50,7 @@ class EmbeddedBroker:
         self.port = port or free_port()
         self.start_timeout_s = start_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
+        self.cluster_id = ""
 
     @property
     def running(self) -> bool:
@@ -55,7 +62,9 @@ class EmbeddedBroker:
 
     def start(self) -> Self:
         url = f"tcp://{self.bootstrap}"
+        self.cluster_id = f"fabricwatch-{uuid.uuid4().hex[:12]}"
         cmd = [str(broker_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url]
+        cmd += ["--cluster-id", self.cluster_id]
         self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         state = wait_listening(self._proc, self.port, self.start_timeout_s)
         if state == "listening":
@@ -75,6 +84,11 @@ class EmbeddedBroker:
         if self._proc.stderr:
             self._proc.stderr.close()
         self._proc = None
+
+    def restart(self) -> Self:
+        """Stop and start again on the same port: an empty broker with a new cluster id."""
+        self.stop()
+        return self.start()
 
     def __enter__(self) -> Self:
         return self.start()

@@ -10,6 +10,12 @@ When ClickHouse is down the batch stays in memory, the assigned partitions are p
 the backlog; polling continues so the group membership stays alive), and the insert is retried with
 exponential backoff. On a rebalance the buffer is flushed and committed if it can be, and dropped
 uncommitted if it cannot: the partitions' next owner reads those records again.
+
+When the broker is away, kafka-python reconnects by itself and a commit that fails is logged and
+tried again with the next batch. When it comes back as a new log (``streams/epochs.py``: an
+embedded broker restarted), what is buffered is stored, its offsets (positions in the old log) are
+not committed, and every partition is read again from its beginning; the sink skips polls it has
+already stored, so nothing is stored twice and nothing the new log holds is skipped.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from fabricwatch.schemas.messages import Anomaly, DecodeError, Phase, PortRates,
 from fabricwatch.storage.backends import StoreError
 from fabricwatch.storage.sink import DEFAULT_MAX_DELAY_S, DEFAULT_MAX_ROWS, Sink, SinkStats
 from fabricwatch.storage.store import Store
+from fabricwatch.streams.epochs import METADATA_MAX_AGE_MS, LogEpochs
 from fabricwatch.streams.kafka_io import BrokerSettings
 from fabricwatch.streams.trouble import Trouble
 
@@ -49,6 +56,8 @@ class ConsumerStats:
     commits: int = 0
     retries: int = 0
     dropped_on_rebalance: int = 0
+    commit_failures: int = 0
+    new_logs: int = 0
     last_error: str = ""
 
 
@@ -91,8 +100,10 @@ class StoreConsumer:
             group_id=group_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
+            metadata_max_age_ms=METADATA_MAX_AGE_MS,
             **(consumer_options or {}),
         )
+        self._epochs = LogEpochs(self._consumer, "sink")
         try:
             self._consumer.subscribe(list(SINK_TOPICS), listener=_rebalance_listener(self))
         except BaseException:
@@ -133,7 +144,12 @@ class StoreConsumer:
     def poll_once(self, timeout_ms: int = 200) -> int:
         """Take one poll's records into the sink; return how many."""
         taken = 0
-        for tp, records in self._consumer.poll(timeout_ms=timeout_ms).items():
+        polled = self._consumer.poll(timeout_ms=timeout_ms)
+        if self._epochs.changed():  # these records are read again from the new log's beginning
+            self._pending.clear()
+            self.stats.new_logs += 1
+            return 0
+        for tp, records in polled.items():
             expected = SINK_TOPICS[tp.topic]
             for rec in records:
                 taken += 1
@@ -188,24 +204,37 @@ class StoreConsumer:
         return True
 
     def _commit(self) -> None:
+        from kafka.errors import KafkaError
         from kafka.structs import OffsetAndMetadata
 
         if not self._pending:
             return
         offsets = {tp: OffsetAndMetadata(off, "", -1) for tp, off in self._pending.items()}
-        self._consumer.commit(offsets)
+        try:
+            self._consumer.commit(offsets)
+        except KafkaError as exc:  # the broker away or a rebalance under way: the next commit covers these
+            self.stats.commit_failures += 1
+            self.stats.last_error = f"commit: {exc}"
+            log.warning(
+                "commit of %d partitions' offsets failed (tried again with the next batch): %s",
+                len(offsets),
+                exc,
+            )
+            return
         self._pending.clear()
         self.stats.commits += 1
 
     def _on_revoked(self) -> None:
+        """Store and commit what was read; whatever cannot be is left to the partitions' next owner
+        (uncommitted records are read again, and polls already stored are skipped)."""
         try:
             self.sink.flush()
             self._commit()
-        except Exception as exc:  # store down or commit refused: the next owner re-reads these
+        except Exception as exc:  # store down, or kafka-python refusing a blocking call here
             self.stats.dropped_on_rebalance += self.sink.pending_rows
             self.stats.last_error = f"rebalance: {exc}"
             self.sink.discard()
-            self._pending.clear()
+        self._pending.clear()
         self.sink.forget_positions()
 
 

@@ -31,7 +31,7 @@ from fabricwatch.streams.kafka_io import BrokerSettings
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
 _databases = itertools.count()
-_PROCESS_FIXTURES = {"broker", "clickhouse_server", "clickhouse_url", "store_target"}
+_PROCESS_FIXTURES = {"broker", "embedded_broker", "clickhouse_server", "clickhouse_url", "store_target"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -42,11 +42,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
-def broker() -> Iterator[BrokerSettings]:
+def embedded_broker() -> Iterator[EmbeddedBroker]:
     """A fresh embedded broker per test: topics are global names, and Tansu starts in a fraction
     of a second. No topic exists yet (what creates them is often under test)."""
     with EmbeddedBroker() as b:
-        yield BrokerSettings(bootstrap=b.bootstrap)
+        yield b
+
+
+@pytest.fixture
+def broker(embedded_broker: EmbeddedBroker) -> BrokerSettings:
+    """The settings of ``embedded_broker``, as every client takes them."""
+    return BrokerSettings(bootstrap=embedded_broker.bootstrap)
 
 
 def _need_server() -> None:

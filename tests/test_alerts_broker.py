@@ -5,10 +5,12 @@ idempotency keys), which the receiver drops as duplicates."""
 from __future__ import annotations
 
 import json
+import logging
 import random
 import threading
 import time
 
+import msgspec
 import pytest
 from malformed import KINDS, make
 from waiting import wait_for
@@ -72,15 +74,19 @@ def ends(settings: BrokerSettings) -> dict[int, int]:
 
 
 class Consumer:
-    def __init__(self, settings: BrokerSettings, config) -> None:
+    def __init__(self, settings: BrokerSettings, config, **options: int) -> None:
         self.stop = threading.Event()
+        self.stats = None
         self.thread = threading.Thread(
-            target=run_consumer,
+            target=self._run,
             args=(settings, config, self.stop, GROUP),
-            kwargs={"commit_interval_s": 0.2, "drain_s": 0.3, "consumer_options": TANSU},
+            kwargs={"commit_interval_s": 0.2, "drain_s": 0.3, "consumer_options": TANSU | options},
             daemon=True,
         )
         self.thread.start()
+
+    def _run(self, *args, **kwargs) -> None:
+        self.stats = run_consumer(*args, **kwargs)
 
     def close(self) -> None:
         self.stop.set()
@@ -148,22 +154,80 @@ def test_offsets_are_committed_after_delivery_and_restarts_lose_nothing():
     assert statuses == {(f"fp{i}", s) for i in range(3) for s in ("firing", "resolved")}
 
 
+def test_a_restarted_broker_s_new_log_is_read_from_its_beginning(caplog):
+    """The broker restarts empty while the alerter holds positions in its old log; new anomalies
+    arrive before the alerter reconnects (its reconnect backoff is made long to be sure of it).
+    Reading on from the old positions would skip them; each must be delivered, once."""
+    caplog.set_level(logging.WARNING, logger="fabricwatch")
+    with EmbeddedBroker() as b, WebhookReceiver() as rx:
+        settings = BrokerSettings(bootstrap=b.bootstrap)
+        ensure_topics(settings, [topics.ANOMALIES])
+        config = parse_alerts(
+            {
+                "receivers": [{"name": "rx", "url": rx.url, "backoff_initial": "100ms"}],
+                "route": {"receiver": "rx", "group_by": ["..."], "group_wait": 0, "group_interval": "200ms"},
+            },
+            environ={},
+        )
+        publisher = Publisher(settings, linger_ms=0)
+        for a in anomalies("firing"):
+            publisher.send(topics.ANOMALIES, a.fingerprint, encode(a))
+        publisher.close()
+        consumer = Consumer(settings, config, reconnect_backoff_ms=4000, reconnect_backoff_max_ms=4000)
+        assert wait_for(lambda: len(rx.accepted) == 3)
+
+        b.restart()
+        ensure_topics(settings, [topics.ANOMALIES])
+        later = [
+            msgspec.structs.replace(
+                a, fingerprint=f"new-{a.fingerprint}", root=RootCause(f"new-{i}", "Ethernet8", 3)
+            )
+            for i, a in enumerate(anomalies("firing"))
+        ]
+        publisher = Publisher(settings, linger_ms=0)
+        for a in anomalies("resolved") + later:
+            publisher.send(topics.ANOMALIES, a.fingerprint, encode(a))
+        publisher.close()
+
+        assert wait_for(lambda: len(rx.accepted) == 9, 30)
+        assert wait_for(lambda: any("is a new log" in r.getMessage() for r in caplog.records), 15)
+        time.sleep(1.0)  # what the rewind re-reads is ingested again: it must notify nobody twice
+        consumer.close()
+    statuses = {(r.body["alerts"][0]["fingerprint"], r.body["status"]) for r in rx.accepted}
+    assert statuses == {
+        (f"{p}fp{i}", s) for i in range(3) for p, s in [("", "firing"), ("", "resolved"), ("new-", "firing")]
+    }
+    assert consumer.stats.new_logs == 1 and len({r.key for r in rx.accepted}) == 9
+
+
 def test_offset_tracker_commits_the_lowest_offset_not_done():
     t = OffsetTracker()
     for off in (0, 1, 2):
         t.hold("p", off)
     t.hold("p", 1, 2)  # offset 1 joined two groups
-    t.done(("p", 0))
+    t.done(t.token("p", 0))
     assert t.committable() == {"p": 1}
-    t.done(("p", 2))
-    t.done(("p", 1))
+    t.done(t.token("p", 2))
+    t.done(t.token("p", 1))
     assert t.committable() == {"p": 1}
-    t.done(("p", 1))
-    t.done(("p", 1))
+    t.done(t.token("p", 1))
+    t.done(t.token("p", 1))
     assert t.committable() == {"p": 3} and t.in_flight() == 0
-    t.done(("q", 5))  # released before hold said how many: the sum still comes back to zero
+    t.done(t.token("q", 5))  # released before hold said how many: the sum still comes back to zero
     t.hold("q", 5, 1)
     assert t.committable() == {"p": 3, "q": 6}
+
+
+def test_offsets_of_an_old_log_change_nothing_once_the_broker_is_a_new_one():
+    t = OffsetTracker()
+    t.hold("p", 7)
+    old = t.token("p", 7)  # an alert opened before the broker restarted holds this
+    t.new_log()
+    t.hold("p", 0)
+    t.done(old)  # the alert ends now: its offset is in a log that is gone
+    assert t.committable() == {"p": 0} and t.in_flight() == 1
+    t.done(t.token("p", 0))
+    assert t.committable() == {"p": 1}
 
 
 def test_given_up_notifications_go_to_the_give_up_topic_and_their_offsets_are_committed(tmp_path):
@@ -215,14 +279,14 @@ def test_the_anomaly_that_opens_an_alert_is_held_until_the_alert_has_ended():
     al, t = Alerter(config), OffsetTracker()
     fire, resolve = anomalies("firing")[0], anomalies("resolved")[0]
     t.hold("p", 0)
-    t.hold("p", 0, al.ingest(fire, 0.0, ("p", 0)))
-    t.done(("p", 0))
+    t.hold("p", 0, al.ingest(fire, 0.0, t.token("p", 0)))
+    t.done(t.token("p", 0))
     for token in (tok for n in al.advance(0.0).notifications for tok in n.tokens):
         t.done(token)  # delivered
     assert t.committable() == {"p": 0}  # the alert is open: offset 0 stays uncommitted
     t.hold("p", 1)
-    t.hold("p", 1, al.ingest(resolve, 400.0, ("p", 1)))
-    t.done(("p", 1))
+    t.hold("p", 1, al.ingest(resolve, 400.0, t.token("p", 1)))
+    t.done(t.token("p", 1))
     step = al.advance(400.0)
     for token in [*step.released, *(tok for n in step.notifications for tok in n.tokens)]:
         t.done(token)

@@ -196,3 +196,31 @@ def test_cli_sink_stores_what_the_broker_holds(broker, tmp_path, fabric_stream, 
     assert f"{len(bad)} malformed" in out  # every kind of malformed message, each costing only itself
     with Store.open(tmp_path / "d") as store:
         assert store.query("SELECT count() FROM rates_raw")[0][0] == rows
+
+
+def test_the_sink_reads_all_of_a_restarted_broker_s_new_log(
+    embedded_broker, broker, tmp_path, fabric_stream, caplog
+):
+    """The measured gap: a sink that had read a few records per partition, the broker restarted
+    empty, more records published before the sink fetched again. Reading on from its positions in
+    the old log, it stored 7 of 12; it must store every record of the new log."""
+    caplog.set_level(logging.WARNING, logger="fabricwatch")
+    rates = [m for m in fabric_stream if isinstance(m, PortRates)]
+    before, after = rates[: len(rates) // 4], rates[len(rates) // 4 :]
+    publish(broker, before)
+    with Store.open(tmp_path / "store") as store:
+        consumer = StoreConsumer(broker, store, "sink-restart", max_rows=100_000, consumer_options=TANSU)
+        deadline = time.monotonic() + 60
+        while consumer.stats.records < len(before) and time.monotonic() < deadline:
+            consumer.poll_once()
+        assert consumer.store_and_commit() and consumer.stats.commits == 1
+
+        embedded_broker.restart()  # empty, offsets from zero, a new cluster id
+        publish(broker, after)  # more records per partition than the sink had read before
+        stats = consumer.run(idle_exit_s=5.0)
+
+        rows = sum(len(m.ports) for m in rates)
+        assert store.query("SELECT count() FROM rates_raw")[0][0] == rows
+        assert stats.new_logs == 1
+        said = [r.getMessage() for r in caplog.records if "is a new log" in r.getMessage()]
+        assert len(said) == 1 and embedded_broker.cluster_id in said[0]

@@ -19,8 +19,11 @@ from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.local.workers import WorkerProcess
 from fabricwatch.replay import replay_trace
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import Anomaly, decode
+from fabricwatch.schemas.messages import Anomaly, PortRates, decode
 from fabricwatch.schemas.trace import TraceReader
+from fabricwatch.storage.consumer import StoreConsumer
+from fabricwatch.storage.store import Store
+from fabricwatch.streams.epochs import LogEpochs
 from fabricwatch.streams.kafka_io import BrokerSettings, ensure_topics
 from fabricwatch.streams.traces import publish_trace
 
@@ -29,6 +32,7 @@ pytestmark = pytest.mark.integration  # real processes: broker, workers, servers
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 POLL_NS = 1_000_000_000
 SESSION_TIMEOUT_S = 6
+TANSU_GROUP = {"session_timeout_ms": 6000, "max_poll_interval_ms": 6000, "heartbeat_interval_ms": 1000}
 DEEP = b'{"type":"snapshot","x":' + b"[" * 3000 + b"]" * 3000 + b"}"
 """6 KB nested 3,000 deep: a poison pill for a decoder that lets RecursionError escape."""
 
@@ -45,21 +49,24 @@ def workers(broker, tmp_path) -> Iterator[list[WorkerProcess]]:
 
 
 class Collector:
-    """Reads a topic in a thread from the beginning, as a dashboard or an alerter would."""
+    """Reads a topic in a thread from the beginning, as a dashboard or an alerter would (and, as
+    they do, reads a restarted broker's new log from its beginning too)."""
 
     def __init__(self, settings: BrokerSettings, topic: str) -> None:
         self.records: list = []
         self._stop = threading.Event()
         self._consumer = KafkaConsumer(
-            topic, **settings.kafka_kwargs(), auto_offset_reset="earliest", consumer_timeout_ms=200
+            topic, **settings.kafka_kwargs(), auto_offset_reset="earliest", metadata_max_age_ms=2000
         )
+        self._epochs = LogEpochs(self._consumer, f"test reader of {topic}")
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            for record in self._consumer:
-                self.records.append(record)
+            polled = self._consumer.poll(timeout_ms=200)
+            if not self._epochs.changed():
+                self.records.extend(r for records in polled.values() for r in records)
 
     def stop(self) -> list:
         self._stop.set()
@@ -104,11 +111,30 @@ def test_two_workers_find_what_the_in_process_replay_finds(broker, workers, tmp_
     assert snapshots >= published.records - 100  # every counters record, less phases and topology
 
 
+class Reference:
+    """What the in-process replay of a trace finds, to hold a streaming run's output against."""
+
+    def __init__(self, path: Path) -> None:
+        anomalies = in_process(path)
+        self.firing = firing(anomalies)
+        self.ended = {a.fingerprint for a in anomalies if a.status == "resolved"}
+
+    def all_ended(self, out: Collector) -> bool:
+        return self.ended <= {
+            a.fingerprint for a in map(decode, (r.value for r in out.records)) if a.status == "resolved"
+        }
+
+    def assert_found(self, records: list) -> None:
+        """The same incidents (none missed, no false one), each fired within a poll of the reference."""
+        got = firing([decode(r.value) for r in records])
+        assert got.keys() == self.firing.keys()
+        for key, start in self.firing.items():
+            assert abs(got[key] - start) <= POLL_NS, key
+
+
 def test_killing_a_worker_loses_no_anomaly(broker, workers, tmp_path):
     path = trace(tmp_path, duration=110)
-    reference = in_process(path)
-    expected = firing(reference)
-    ended = {a.fingerprint for a in reference if a.status == "resolved"}
+    expected = Reference(path)
     for w in workers:
         w.wait_ready()
     out = Collector(broker, topics.ANOMALIES)
@@ -116,20 +142,62 @@ def test_killing_a_worker_loses_no_anomaly(broker, workers, tmp_path):
     feeder.start()
     # Kill one worker mid-stream: once the first incident fired, with the others still to come.
     assert wait_for(lambda: firing([decode(r.value) for r in out.records]), 60)
-    assert not expected.keys() <= firing([decode(r.value) for r in out.records]).keys()
+    assert not expected.firing.keys() <= firing([decode(r.value) for r in out.records]).keys()
     workers[0].stop(signal.SIGKILL)  # no goodbye: its partitions move after the session timeout
     assert not workers[0].state_dir.exists()  # and nothing of it is left in the temp directory
     feeder.join()
+    assert wait_for(lambda: expected.all_ended(out), 120)  # the end of every incident that ended, too
+    expected.assert_found(out.stop())
 
-    def resolved() -> set[str]:
-        return {a.fingerprint for a in map(decode, (r.value for r in out.records)) if a.status == "resolved"}
 
-    assert wait_for(lambda: ended <= resolved(), 120)  # the end of every incident that ended, too
-    events = [decode(r.value) for r in out.stop()]
-    got = firing(events)
-    assert got.keys() == expected.keys()
-    for key, start in expected.items():
-        assert abs(got[key] - start) <= POLL_NS, key
+def test_a_broker_restart_mid_stream_loses_no_anomaly_and_no_stored_row(
+    embedded_broker, broker, workers, tmp_path
+):
+    """The embedded broker (memory only) restarts empty while a trace is published: the publisher
+    holds its sends until it is back, the workers and the sink carry on in its new log."""
+    path = trace(tmp_path, duration=110)
+    expected = Reference(path)
+    for w in workers:
+        w.wait_ready()
+    out = Collector(broker, topics.ANOMALIES)
+    with Store.open(tmp_path / "store") as store:
+        sink = StoreConsumer(broker, store, max_delay_s=0.5, consumer_options=TANSU_GROUP)
+        stop_sink = threading.Event()
+        sinking = threading.Thread(target=sink.run, args=(stop_sink,), daemon=True)
+        sinking.start()
+        try:
+            published: list = []
+            feeder = threading.Thread(target=lambda: published.append(publish_trace(path, broker, 5.0)))
+            feeder.start()
+            assert wait_for(lambda: firing([decode(r.value) for r in out.records]), 60)
+            embedded_broker.restart()  # empty, offsets from zero
+            ensure_topics(broker)  # as `fabricwatch broker` does at each start
+            feeder.join()
+            assert published[0].stats.failed == published[0].stats.dropped == 0  # held, then sent
+            assert wait_for(lambda: expected.all_ended(out), 120)
+            expected.assert_found(out.stop())
+
+            in_new_log = polls_on(broker, topics.RATES)
+            assert wait_for(lambda: in_new_log <= stored_polls(store), 30)  # all the broker still held
+        finally:
+            stop_sink.set()
+            sinking.join(timeout=20)
+        assert sink.stats.new_logs == 1
+
+
+def polls_on(settings: BrokerSettings, topic: str) -> set[tuple[str, int]]:
+    """(device, time) of every rates message the topic holds."""
+    reader = KafkaConsumer(
+        topic, **settings.kafka_kwargs(), auto_offset_reset="earliest", consumer_timeout_ms=3000
+    )
+    try:
+        return {(m.device, m.ts_ns) for m in (decode(r.value, PortRates) for r in reader)}
+    finally:
+        reader.close()
+
+
+def stored_polls(store: Store) -> set[tuple[str, int]]:
+    return {(d, int(t)) for d, t in store.query("SELECT DISTINCT device, ts_ns FROM rates_raw")}
 
 
 def test_malformed_and_oversized_input_goes_to_the_dead_letter_topic(broker, workers):
