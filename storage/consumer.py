@@ -273,5 +273,6 @@ def run_sink(
             f"anomaly events, {s.phases} phases, {s.topologies} topologies in {store.where}; "
             f"{stats.records} records, {stats.malformed} malformed, {stats.commits} commits, "
             f"{stats.retries} retries"
+            + (f", {stats.new_logs} broker restarts that lost its log" if stats.new_logs else "")
         )
     return stats

@@ -19,14 +19,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import streaming
 
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.detectors.summary import summarise
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.local.broker import EmbeddedBroker
 from fabricwatch.local.clickhouse_server import LocalClickHouse, server_binary
+from fabricwatch.local.workers import WorkerProcess
 from fabricwatch.replay import replay_trace
-from fabricwatch.streams.kafka_io import BrokerSettings
+from fabricwatch.streams.kafka_io import BrokerSettings, ensure_topics
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
@@ -109,3 +111,16 @@ def fabric_stream(tmp_path_factory: pytest.TempPathFactory) -> list:
     pipeline.on_context = out.append
     replay_trace(trace, pipeline, out.extend)
     return out
+
+
+@pytest.fixture
+def workers(broker: BrokerSettings, tmp_path: Path) -> Iterator[list[WorkerProcess]]:
+    """Two worker processes on ``broker`` (its topics created), stopped at the end."""
+    ensure_topics(broker)
+    started = [
+        WorkerProcess(broker.bootstrap, tmp_path / f"worker{i}.log", streaming.SESSION_TIMEOUT_S)
+        for i in range(2)
+    ]
+    yield started
+    for w in started:
+        w.stop()

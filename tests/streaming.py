@@ -1,0 +1,121 @@
+"""What the streaming tests share: a worker pair, a reader of a topic, a trace and what the
+in-process replay finds in it, and the polls a topic or a store holds."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from kafka import KafkaConsumer
+
+from fabricwatch.detectors.config import DetectorConfig
+from fabricwatch.detectors.pipeline import Pipeline
+from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.replay import replay_trace
+from fabricwatch.schemas.messages import Anomaly, DecodeError, PortRates, decode
+from fabricwatch.storage.store import Store
+from fabricwatch.streams.epochs import LogEpochs
+from fabricwatch.streams.kafka_io import BrokerSettings
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+POLL_NS = 1_000_000_000
+SESSION_TIMEOUT_S = 6
+TANSU_GROUP = {"session_timeout_ms": 6000, "max_poll_interval_ms": 6000, "heartbeat_interval_ms": 1000}
+
+
+class Collector:
+    """Reads a topic in a thread from the beginning, as a dashboard or an alerter would (and, as
+    they do, reads a restarted broker's new log from its beginning too)."""
+
+    def __init__(self, settings: BrokerSettings, topic: str) -> None:
+        self.records: list = []
+        self._stop = threading.Event()
+        self._consumer = KafkaConsumer(
+            topic, **settings.kafka_kwargs(), auto_offset_reset="earliest", metadata_max_age_ms=2000
+        )
+        self._epochs = LogEpochs(self._consumer, f"test reader of {topic}")
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            polled = self._consumer.poll(timeout_ms=200)
+            if not self._epochs.changed():
+                self.records.extend(r for records in polled.values() for r in records)
+
+    def stop(self) -> list:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._consumer.close()
+        return self.records
+
+
+def trace(tmp_path: Path, duration: int) -> Path:
+    path = tmp_path / "demo.trace.gz"
+    simulate(load_scenario(SCENARIOS / "demo.yaml", {"duration": duration}), path)
+    return path
+
+
+def in_process(path: Path) -> list[Anomaly]:
+    return replay_trace(path, Pipeline(DetectorConfig()), lambda events: None).anomalies
+
+
+def firing(anomalies: list[Anomaly]) -> dict[tuple[str, str], int]:
+    """(kind, root device) -> start time, once per fingerprint: duplicates after a takeover fold."""
+    return {(a.kind, a.root.device): a.start_ns for a in anomalies if a.status == "firing"}
+
+
+def anomalies_in(records: list) -> list[Anomaly]:
+    """The anomalies among a topic's records (a malformed one, put there by a test, is skipped)."""
+    out = []
+    for r in records:
+        try:
+            out.append(decode(r.value, Anomaly))
+        except DecodeError:
+            continue
+    return out
+
+
+class Reference:
+    """What the in-process replay of a trace finds, to hold a streaming run's output against."""
+
+    def __init__(self, path: Path) -> None:
+        anomalies = in_process(path)
+        self.firing = firing(anomalies)
+        self.fingerprints = {a.fingerprint for a in anomalies}
+        self.ended = {a.fingerprint for a in anomalies if a.status == "resolved"}
+
+    def all_seen(self, out: Collector) -> bool:
+        """Every incident of the reference has fired, and ended where it ended, on ``out``."""
+        seen = anomalies_in(out.records)
+        ended = {a.fingerprint for a in seen if a.status == "resolved"}
+        return self.firing.keys() <= firing(seen).keys() and self.ended <= ended
+
+    def assert_found(self, records: list) -> None:
+        """The same incidents (none missed, no false one), each fired within a poll of the reference."""
+        got = firing(anomalies_in(records))
+        assert got.keys() == self.firing.keys(), (got, self.firing)
+        for key, start in self.firing.items():
+            assert abs(got[key] - start) <= POLL_NS, key
+
+
+def polls_on(settings: BrokerSettings, topic: str) -> set[tuple[str, int]]:
+    """(device, time) of every rates message the topic holds."""
+    reader = KafkaConsumer(
+        topic, **settings.kafka_kwargs(), auto_offset_reset="earliest", consumer_timeout_ms=3000
+    )
+    out = set()
+    try:
+        for record in reader:
+            try:
+                rates = decode(record.value, PortRates)
+            except DecodeError:
+                continue  # a malformed record put there by a test: the sink skips it too
+            out.add((rates.device, rates.ts_ns))
+    finally:
+        reader.close()
+    return out
+
+
+def stored_polls(store: Store) -> set[tuple[str, int]]:
+    return {(d, int(t)) for d, t in store.query("SELECT DISTINCT device, ts_ns FROM rates_raw")}
