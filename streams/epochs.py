@@ -35,7 +35,6 @@ class LogEpochs:
         self._consumer = consumer
         self._who = who
         self.cluster_id: str | None = None
-        self.changes = 0
 
     def changed(self) -> bool:
         """True (once per change) when the broker is a new log; then every assigned partition has
@@ -54,7 +53,6 @@ class LogEpochs:
             self.cluster_id,
         )
         self.cluster_id = current
-        self.changes += 1
         assigned = self._consumer.assignment()
         if assigned:
             self._consumer.seek_to_beginning(*assigned)

@@ -132,9 +132,9 @@ class Publisher:
     A message the broker refused with an error kafka-python does not retry is sent again, up to
     ``RESENDS`` times, from the caller's next ``send`` or ``flush`` (the producer's I/O thread,
     which reports the error, must not block); one that timed out is not (it would only come later
-    still). The case: a restarted embedded broker answers
-    ``UnknownError`` for a topic it has not recreated yet, for the fraction of a second before
-    ``ensure_topics`` runs; measured, 56 of 6,221 snapshots of a replay were lost that way."""
+    still). The case: a restarted embedded broker answers ``UnknownError`` for partitions of a
+    topic it has not recreated yet, in the fraction of a second before ``ensure_topics`` runs;
+    measured, 56 of 6,221 snapshots of a replay were lost that way before they were sent again."""
 
     RESENDS = 3
 
