@@ -19,6 +19,7 @@ class FabricMap:
         self._leaf_port_host: dict[tuple[str, str], str] = {}
         self._nic_at: dict[tuple[str, str], str] = {}
         self._speed_cache: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
+        self._known_speed_cache: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
         self._edge_cache: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
         self._known: set[str] = set()
         self._nics: set[str] = set()
@@ -44,17 +45,34 @@ class FabricMap:
             self._host_of[att.nic] = att.host
             self._leaf_port_host[(att.leaf, att.leaf_port)] = att.host
             self._nic_at[(att.leaf, att.leaf_port)] = att.nic
+            leaf_speed = self._speed.get((att.leaf, att.leaf_port))
+            if leaf_speed is not None:  # a NIC port runs at the speed of the leaf port it is cabled to
+                self._speed.setdefault((att.nic, att.nic_port), leaf_speed)
 
     def peer(self, device: str, port: str) -> tuple[str, str] | None:
         return self._peer.get((device, port))
 
     def port_speeds_bps(self, device: str, ports: list[str]) -> np.ndarray:
         """Line rate of each port in bytes per second (the unit of the byte counters)."""
+        return self._speeds(self._speed_cache, device, ports, self.default_bps)
+
+    def known_speeds_Bps(self, device: str, ports: list[str]) -> np.ndarray:
+        """Line rate of each port in bytes per second where the topology gives it, else NaN: for
+        judging what a counter could have done, an assumed speed is no evidence."""
+        return self._speeds(self._known_speed_cache, device, ports, np.nan)
+
+    def _speeds(
+        self,
+        cache: dict[tuple[str, tuple[str, ...]], np.ndarray],
+        device: str,
+        ports: list[str],
+        default: float,
+    ) -> np.ndarray:
         key = (device, tuple(ports))
-        speeds = self._speed_cache.get(key)
+        speeds = cache.get(key)
         if speeds is None:
-            bits = [self._speed.get((device, p), self.default_bps) for p in ports]
-            speeds = self._speed_cache[key] = np.array(bits, dtype=np.float64) / 8.0
+            bits = [self._speed.get((device, p), default) for p in ports]
+            speeds = cache[key] = np.array(bits, dtype=np.float64) / 8.0
         return speeds
 
     def host_facing(self, device: str, ports: list[str]) -> np.ndarray:

@@ -4,8 +4,12 @@ A raw counter can wrap (at its width), reset (driver reload, reboot, clear), arr
 or not at all. The rules, applied to the whole ports x counters matrix at once:
 
 * the delta is taken modulo the counter's width, so a single wrap comes out right by itself;
-* a decrease is a wrap only if the wrapped delta is physically possible in the interval
-  (``max_rate`` x dt from the vocabulary); otherwise the counter was reset;
+* a decrease is a wrap only if the wrapped delta is physically possible in the interval; otherwise
+  the counter was reset. Possible means at most ``max_rate`` x dt from the vocabulary and, where
+  the topology gives the port's line rate, at most ``WRAP_LINE_SLACK`` times what the line can
+  carry in bytes or minimum-size packets: a lone reset of a 32-bit counter (534,918,379 -> 1,000)
+  implies 3.76e9 packets in a second, under the vocabulary's 2 Tb/s bound but six times what a
+  400 Gb/s port can carry;
 * a reset is a property of a port, not of one counter: when any counter of a port was reset, every
   counter of that port that went down is taken as counting from zero (delta = current value);
   this is what catches a 32-bit counter whose reset would otherwise pass for a wrap;
@@ -27,6 +31,12 @@ from fabricwatch.schemas.messages import CounterSpec, Snapshot
 from fabricwatch.schemas.vocabulary import canonical
 
 _KIND_COUNTER = "counter"
+MIN_WIRE_BYTES = 84
+"""Bytes the smallest Ethernet frame takes on the wire (64, plus preamble and inter-frame gap)."""
+WRAP_LINE_SLACK = 1.5
+"""How far past the line rate a wrap may imply before it is taken for a reset: timestamps are taken
+at read time, so a delta can look somewhat faster than the line; three times faster cannot."""
+_PER_LINE_BYTE = {"bytes": 1.0, "packets": 1.0 / MIN_WIRE_BYTES, "frames": 1.0 / MIN_WIRE_BYTES}
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,9 @@ class Layout:
     mask: np.ndarray
     scale: np.ndarray
     max_rate: np.ndarray
+    per_line_byte: np.ndarray
+    """Units of the counter per byte of line rate (bytes 1, packets 1/84); NaN when the line does
+    not bound it (time, events)."""
     positions: dict[tuple[str, int | None], int]
     _indexed: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, compare=False)
 
@@ -45,12 +58,16 @@ class Layout:
     def of(cls, counters: tuple[CounterSpec, ...]) -> Layout:
         vocab = canonical()
         max_rate = [vocab[c.name].max_rate if c.name in vocab else np.inf for c in counters]
+        per_line = [
+            _PER_LINE_BYTE.get(vocab[c.name].unit, np.nan) if c.name in vocab else np.nan for c in counters
+        ]
         return cls(
             counters=counters,
             is_counter=np.array([c.kind == _KIND_COUNTER for c in counters], dtype=bool),
             mask=np.array([(1 << c.width) - 1 for c in counters], dtype=np.uint64),
             scale=np.array([c.scale for c in counters], dtype=np.float64),
             max_rate=np.array(max_rate, dtype=np.float64),
+            per_line_byte=np.array(per_line, dtype=np.float64),
             positions={(c.name, c.index): i for i, c in enumerate(counters)},
         )
 
@@ -137,8 +154,11 @@ class RateEngine:
     _devices: dict[str, _DeviceState] = field(default_factory=dict)
     _layouts: dict[tuple[CounterSpec, ...], Layout] = field(default_factory=dict)
 
-    def update(self, snap: Snapshot) -> RateFrame | None:
-        """Fold one snapshot in; return the rates since the previous one, or None if there are none."""
+    def update(self, snap: Snapshot, line_Bps: np.ndarray | None = None) -> RateFrame | None:
+        """Fold one snapshot in; return the rates since the previous one, or None if there are none.
+
+        ``line_Bps`` is each port's line rate in bytes per second where the topology knows it (NaN
+        where it does not); it only sharpens the wrap-or-reset decision."""
         self.stats.snapshots += 1
         self.stats.values += len(snap.ports) * len(snap.counters)
         layout = self._layout(snap.counters)
@@ -157,7 +177,7 @@ class RateEngine:
             self.stats.layout_changes += 1
             prev = _realign(prev, layout, snap.ports)
         dt = (snap.ts_ns - prev.ts_ns) / 1e9
-        values = self._rates(layout, prev, raw, valid, dt)
+        values = self._rates(layout, prev, raw, valid, dt, line_Bps)
         self.stats.frames += 1
         return RateFrame(snap.device, snap.device_kind, snap.ts_ns, dt, snap.ports, layout, values)
 
@@ -173,7 +193,13 @@ class RateEngine:
         return layout
 
     def _rates(
-        self, layout: Layout, prev: _DeviceState, cur: np.ndarray, valid: np.ndarray | None, dt: float
+        self,
+        layout: Layout,
+        prev: _DeviceState,
+        cur: np.ndarray,
+        valid: np.ndarray | None,
+        dt: float,
+        line_Bps: np.ndarray | None,
     ) -> np.ndarray:
         """Written for few numpy calls: a NIC snapshot is a 1 x 30 matrix, where per-call overhead
         is the whole cost; the rare cases (resets, impossible rates, missing values) branch off."""
@@ -181,9 +207,10 @@ class RateEngine:
         delta *= layout.scale
         went_down = cur < prev.raw
         went_down &= layout.is_counter
-        reset = went_down & (delta > layout.max_rate * dt)
-        if reset.any():
-            delta = self._count_from_zero(layout, cur, delta, went_down, reset)
+        if went_down.any():  # rare: a wrap or a reset
+            reset = went_down & (delta > _wrap_bound(layout, line_Bps) * dt)
+            if reset.any():
+                delta = self._count_from_zero(layout, cur, delta, went_down, reset)
         delta /= dt
         rates = np.where(layout.is_counter, delta, cur)
         impossible = rates > layout.max_rate
@@ -201,6 +228,15 @@ class RateEngine:
         port_reset = reset.any(axis=1, keepdims=True)
         self.stats.port_resets += int(port_reset.sum())
         return np.where(went_down & port_reset, cur * layout.scale, delta)
+
+
+def _wrap_bound(layout: Layout, line_Bps: np.ndarray | None) -> np.ndarray:
+    """Per port and counter, the largest rate a wrap may imply: the vocabulary's bound, tightened
+    by the port's line rate where it is known and bounds the counter."""
+    if line_Bps is None:
+        return layout.max_rate
+    by_line = line_Bps[:, None] * layout.per_line_byte * WRAP_LINE_SLACK
+    return np.fmin(layout.max_rate, by_line)  # fmin: a NaN (no line, or not bounded by it) gives way
 
 
 def _known(layout: Layout, valid: np.ndarray | None, prev_valid: np.ndarray | None) -> np.ndarray:

@@ -30,7 +30,7 @@ class Stage1:
         self.fabric = FabricMap(topology, self.config.default_link_gbps)
 
     def process(self, snap: Snapshot) -> tuple[RateFrame | None, list[Symptom]]:
-        frame = self.rates.update(snap)
+        frame = self.rates.update(snap, self.fabric.known_speeds_Bps(snap.device, snap.ports))
         if frame is None:
             return None, []
         line = self.fabric.port_speeds_bps(frame.device, frame.ports)

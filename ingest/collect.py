@@ -1,18 +1,28 @@
 """Poll this host's RDMA NICs on a fixed schedule and hand each snapshot to a sink.
 
-Timestamps are taken when each device is read (docs/architecture.md: the collector's clock at read time); the
-schedule is kept on the monotonic clock so that a slow read delays one poll, not all the following
-ones. The netdev of each RDMA device comes from sysfs (``device/net/``) unless given.
+Polls are aligned to wall-clock multiples of the interval, so every host of a fabric reads its poll
+N at the same instant (give or take clock sync) and the detectors compare like with like.
+Timestamps are taken when each device is read (docs/architecture.md: the collector's clock at
+read time). A read that overruns the interval skips the polls it overran (counted as late), never
+bunches them up.
+
+One device's trouble costs only that device: an ``ethtool -S`` that fails or prints garbage costs
+its ethtool counters for that poll (the sysfs counters still go out), a device that cannot be read
+at all costs that device's snapshot for that poll, and every later poll tries again. Each kind of
+trouble is reported once per device when it starts and once when it ends, and counted throughout.
 """
 
 from __future__ import annotations
 
+import math
+import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fabricwatch.ingest.host_collector import EthtoolError, collect_nic, run_ethtool
+from fabricwatch.ingest.parsers import parse_ethtool_stats
 from fabricwatch.schemas.messages import Snapshot
 
 
@@ -20,9 +30,41 @@ from fabricwatch.schemas.messages import Snapshot
 class NicTarget:
     ib_dev: str
     netdev: str | None
+    vendor: str | None = None
 
 
-def discover(sysfs_root: Path, wanted: list[str] | None = None) -> list[NicTarget]:
+@dataclass
+class CollectStats:
+    polls: int = 0
+    snapshots: int = 0
+    late_polls: int = 0
+    problems: dict[str, int] = field(default_factory=dict)
+    """Per device, the reads that lost something (an ethtool output, a line of it, the device)."""
+
+
+class ProblemLog:
+    """Says each kind of trouble of a device once when it begins and once when it ends; counts all."""
+
+    def __init__(self, stats: CollectStats, warn: Callable[[str], None]) -> None:
+        self._stats = stats
+        self._warn = warn
+        self._open: set[tuple[str, str]] = set()
+
+    def failed(self, device: str, kind: str, text: str) -> None:
+        self._stats.problems[device] = self._stats.problems.get(device, 0) + 1
+        if (device, kind) not in self._open:
+            self._open.add((device, kind))
+            self._warn(f"{device}: {text} (said once; counted until it clears)")
+
+    def ok(self, device: str, kind: str) -> None:
+        if (device, kind) in self._open:
+            self._open.discard((device, kind))
+            self._warn(f"{device}: {kind} read again")
+
+
+def discover(
+    sysfs_root: Path, wanted: list[str] | None = None, vendors: dict[str, str] | None = None
+) -> list[NicTarget]:
     """RDMA devices under ``<sysfs_root>/class/infiniband`` with the netdev each one drives."""
     base = Path(sysfs_root) / "class" / "infiniband"
     if not base.is_dir():
@@ -31,13 +73,22 @@ def discover(sysfs_root: Path, wanted: list[str] | None = None) -> list[NicTarge
     missing = sorted(set(wanted or []) - set(names))
     if missing:
         raise ValueError(f"no RDMA device {', '.join(missing)} under {base}; found: {', '.join(names)}")
-    return [NicTarget(n, _netdev_of(base / n)) for n in (wanted or names)]
+    unknown = sorted(set(vendors or {}) - set(names))
+    if unknown:
+        raise ValueError(f"--vendor names {', '.join(unknown)}, not under {base}; found: {', '.join(names)}")
+    vendors = vendors or {}
+    return [NicTarget(n, _netdev_of(base / n), vendors.get(n)) for n in (wanted or names)]
 
 
 def _netdev_of(dev_dir: Path) -> str | None:
     net = dev_dir / "device" / "net"
     found = sorted(p.name for p in net.iterdir()) if net.is_dir() else []
     return found[0] if found else None
+
+
+def next_boundary(now_s: float, interval_s: float) -> float:
+    """The first wall-clock multiple of ``interval_s`` after ``now_s``."""
+    return (math.floor(now_s / interval_s) + 1) * interval_s
 
 
 def poll(
@@ -48,26 +99,63 @@ def poll(
     host: str | None = None,
     ethtool: Callable[[str], str] | None = run_ethtool,
     warn: Callable[[str], None] = print,
+    stats: CollectStats | None = None,
+    stop: threading.Event | None = None,
 ) -> Iterator[Snapshot]:
-    """Yield one snapshot per device per poll, ``count`` polls (forever when None).
-
-    A device whose ethtool fails is still read from sysfs, and the failure is reported once: PFC
-    counters missing is worth a warning, not a blind spot on ECN and CNP too.
-    """
-    next_at = time.monotonic()
-    failed_ethtool: set[str] = set()
-    n = 0
-    while count is None or n < count:
+    """Yield one snapshot per readable device per poll, ``count`` polls (forever when None), until
+    ``stop`` is set (checked while waiting for the next poll)."""
+    stats = stats if stats is not None else CollectStats()
+    stop = stop or threading.Event()
+    problems = ProblemLog(stats, warn)
+    due = next_boundary(time.time(), interval_s)
+    while count is None or stats.polls < count:
+        if stop.wait(max(0.0, due - time.time())):
+            return
         for t in targets:
-            text = None
-            if ethtool is not None and t.netdev and t.netdev not in failed_ethtool:
-                try:
-                    text = ethtool(t.netdev)
-                except EthtoolError as exc:
-                    failed_ethtool.add(t.netdev)
-                    warn(f"{t.ib_dev}: {exc}; continuing with sysfs counters only")
-            netdev = t.netdev if text is not None else None  # collect_nic would run ethtool itself
-            yield collect_nic(sysfs_root, t.ib_dev, netdev, text, time.time_ns(), host=host)
-        n += 1
-        next_at += interval_s
-        time.sleep(max(0.0, next_at - time.monotonic()))
+            snap = _read(sysfs_root, t, host, ethtool, problems)
+            if snap is not None:
+                stats.snapshots += 1
+                yield snap
+        stats.polls += 1
+        due += interval_s
+        if time.time() > due:  # the reads overran: skip to the next boundary, do not bunch up
+            stats.late_polls += 1
+            due = next_boundary(time.time(), interval_s)
+
+
+def _read(
+    sysfs_root: Path,
+    t: NicTarget,
+    host: str | None,
+    ethtool: Callable[[str], str] | None,
+    problems: ProblemLog,
+) -> Snapshot | None:
+    ts_ns = time.time_ns()
+    counters = _ethtool_counters(t, ethtool, problems) if ethtool is not None and t.netdev else None
+    try:
+        snap = collect_nic(sysfs_root, t.ib_dev, t.netdev, counters, ts_ns, host=host, vendor=t.vendor)
+    except (ValueError, OSError) as exc:
+        problems.failed(t.ib_dev, "device", f"{exc}; skipped")
+        return None
+    problems.ok(t.ib_dev, "device")
+    return snap
+
+
+def _ethtool_counters(
+    t: NicTarget, ethtool: Callable[[str], str], problems: ProblemLog
+) -> dict[str, int] | None:
+    """The device's ``ethtool -S`` counters, or None when this poll has none of them."""
+    try:
+        parsed = parse_ethtool_stats(ethtool(t.netdev or ""))
+    except (EthtoolError, ValueError) as exc:
+        problems.failed(t.ib_dev, "ethtool", f"ethtool -S {t.netdev}: {exc}; its sysfs counters still go out")
+        return None
+    problems.ok(t.ib_dev, "ethtool")
+    if parsed.problems:
+        more = f" (and {len(parsed.problems) - 1} more)" if len(parsed.problems) > 1 else ""
+        problems.failed(
+            t.ib_dev, "ethtool lines", f"ethtool -S {t.netdev}: {parsed.problems[0]}{more}; skipped"
+        )
+    else:
+        problems.ok(t.ib_dev, "ethtool lines")
+    return parsed.values

@@ -15,18 +15,19 @@ import subprocess
 from pathlib import Path
 
 from fabricwatch.ingest.mapping import build_combined_snapshot
-from fabricwatch.ingest.parsers import parse_ethtool_stats, read_sysfs_port
+from fabricwatch.ingest.parsers import read_sysfs_port
 from fabricwatch.schemas.messages import Snapshot
 
 ETHTOOL_TIMEOUT_S = 5.0
 
-# vendor -> (hw_counters source, ethtool source). The RDMA hw_counters come first so out_of_buffer
-# is the RDMA queue counter rather than the netdev's rx_out_of_buffer; ethtool comes before the IB
-# PMA counters because its port counters are exact octets and 64-bit, where PMA error counters
-# saturate at 8 or 16 bits.
-SOURCE_ORDER = {
+# vendor -> (hw_counters source, ethtool source, IB PMA source). The RDMA hw_counters come first so
+# out_of_buffer is the RDMA queue counter rather than the netdev's rx_out_of_buffer; ethtool comes
+# before the IB PMA counters because its port counters are exact octets and 64-bit, where PMA error
+# counters saturate at 8 or 16 bits. "ib" is any HCA read through the standard PMA counters alone.
+SOURCE_ORDER: dict[str, tuple[str | None, str | None, str]] = {
     "mlx5": ("mlx5_hw_counters", "mlx5_ethtool", "ib_counters"),
     "bnxt": ("bnxt_re_hw_counters", "bnxt_ethtool", "ib_counters"),
+    "ib": (None, None, "ib_counters"),
 }
 _DRIVER_VENDOR = {"mlx5_core": "mlx5", "mlx5_ib": "mlx5", "bnxt_en": "bnxt", "bnxt_re": "bnxt"}
 _NAME_PREFIX_VENDOR = {"mlx5": "mlx5", "bnxt_re": "bnxt"}
@@ -37,7 +38,8 @@ class EthtoolError(RuntimeError):
 
 
 def run_ethtool(netdev: str) -> str:
-    """``ethtool -S <netdev>`` output; raises EthtoolError when ethtool is absent or fails."""
+    """``ethtool -S <netdev>`` output; raises EthtoolError when ethtool is absent or fails. Bytes
+    that are not UTF-8 become U+FFFD, which the parser reports with their line."""
     exe = shutil.which("ethtool")
     if exe is None:
         raise EthtoolError(
@@ -46,20 +48,21 @@ def run_ethtool(netdev: str) -> str:
         )
     try:
         proc = subprocess.run(
-            [exe, "-S", netdev], capture_output=True, text=True, timeout=ETHTOOL_TIMEOUT_S, check=False
+            [exe, "-S", netdev], capture_output=True, timeout=ETHTOOL_TIMEOUT_S, check=False
         )
     except subprocess.TimeoutExpired:
         raise EthtoolError(f"ethtool -S {netdev} did not answer within {ETHTOOL_TIMEOUT_S} s") from None
     if proc.returncode != 0:
-        raise EthtoolError(f"ethtool -S {netdev} failed (exit {proc.returncode}): {proc.stderr.strip()}")
-    return proc.stdout
+        err = proc.stderr.decode(errors="replace").strip()
+        raise EthtoolError(f"ethtool -S {netdev} failed (exit {proc.returncode}): {err}")
+    return proc.stdout.decode(errors="replace")
 
 
 def collect_nic(
     sysfs_root: Path,
     ib_dev: str,
     netdev: str | None,
-    ethtool_text: str | None,
+    ethtool: dict[str, int] | None,
     ts_ns: int,
     *,
     host: str | None = None,
@@ -67,10 +70,10 @@ def collect_nic(
 ) -> Snapshot:
     """Snapshot of one RDMA device: device id ``<host>/<ib_dev>``, one row per IB port number.
 
-    ``sysfs_root`` is the sysfs mount (``/sys``). ``ethtool_text`` is used when given, otherwise
-    ethtool runs on ``netdev`` when one is named. The ethtool counters belong to the port whose
-    default GID is on ``netdev`` (or to the only port). ``vendor`` (``mlx5`` or ``bnxt``) decides how
-    hw_counters and ethtool names are read; by default it comes from the device's driver.
+    ``sysfs_root`` is the sysfs mount (``/sys``). ``ethtool`` is the device's parsed ``ethtool
+    -S`` (or None): its counters belong to the port whose default GID is on ``netdev`` (or to the
+    only port). ``vendor`` (a key of ``SOURCE_ORDER``) decides how hw_counters and ethtool names
+    are read; by default it comes from the device's driver.
     """
     dev_dir = Path(sysfs_root) / "class" / "infiniband" / ib_dev
     ports_dir = dev_dir / "ports"
@@ -78,19 +81,18 @@ def collect_nic(
         raise ValueError(f"{dev_dir}: no such RDMA device (no ports/ directory)")
     hw_source, eth_source, ib_source = _sources(vendor or detect_vendor(dev_dir))
     port_names = sorted((p.name for p in ports_dir.iterdir() if p.name.isdigit()), key=int)
-    if ethtool_text is None and netdev is not None:
-        ethtool_text = run_ethtool(netdev)
     per_port: dict[str, dict[str, dict[str, int]]] = {}
     for port in port_names:
         counters, hw_counters = read_sysfs_port(ports_dir / port)
-        per_port[port] = {hw_source: hw_counters, ib_source: counters}
-    if ethtool_text is not None:
-        per_port[_netdev_port(ports_dir, port_names, netdev)][eth_source] = parse_ethtool_stats(ethtool_text)
+        per_port[port] = {ib_source: counters} | ({hw_source: hw_counters} if hw_source else {})
+    if ethtool is not None and eth_source is not None:
+        per_port[_netdev_port(ports_dir, port_names, netdev)][eth_source] = ethtool
     device = f"{host or socket.gethostname()}/{ib_dev}"
-    return build_combined_snapshot(device, "nic", ts_ns, [hw_source, eth_source, ib_source], per_port)
+    sources = [s for s in (hw_source, eth_source, ib_source) if s is not None]
+    return build_combined_snapshot(device, "nic", ts_ns, sources, per_port)
 
 
-def _sources(vendor: str) -> tuple[str, str, str]:
+def _sources(vendor: str) -> tuple[str | None, str | None, str]:
     if vendor not in SOURCE_ORDER:
         raise ValueError(f"unknown NIC vendor {vendor!r}; known: {', '.join(SOURCE_ORDER)}")
     return SOURCE_ORDER[vendor]
@@ -105,8 +107,11 @@ def detect_vendor(dev_dir: Path) -> str:
     for prefix, vendor in _NAME_PREFIX_VENDOR.items():
         if dev_dir.name.startswith(prefix):
             return vendor
+    driver_name = driver.resolve().name if driver.exists() else "unknown"
     raise ValueError(
-        f"{dev_dir.name}: cannot tell the NIC vendor; pass vendor= one of {sorted(SOURCE_ORDER)}"
+        f"{dev_dir.name}: no counter map for its driver ({driver_name}); name one with "
+        f"--vendor {dev_dir.name}=VENDOR, VENDOR one of {', '.join(SOURCE_ORDER)} "
+        "(ib: the standard InfiniBand port counters only)"
     )
 
 

@@ -9,20 +9,32 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ETHTOOL_HEADER = "NIC statistics:"
 SONIC_PORT_MAP = "COUNTERS_PORT_NAME_MAP"
 SONIC_QUEUE_MAP = "COUNTERS_QUEUE_NAME_MAP"
+MAX_U64 = 2**64 - 1
 
 
-def parse_ethtool_stats(text: str) -> dict[str, int]:
+class EthtoolStats(NamedTuple):
+    """What one ``ethtool -S`` output says: its counters, and one line per line that was skipped."""
+
+    values: dict[str, int]
+    problems: list[str]
+
+
+def parse_ethtool_stats(text: str) -> EthtoolStats:
     """Parse ``ethtool -S <dev>`` output: a ``NIC statistics:`` line, then ``name: value`` lines.
 
     The name is everything before the last colon, so per-ring names such as bnxt's
     ``[0]: rx_discards`` stay distinct from the port counter ``rx_discards``. Names are stripped
     because some kernels print one with a trailing space (mlx5 ``tx_pause_storm_warning_events ``).
-    """
+
+    A bad line costs only itself: it is skipped and described in ``problems`` (not a counter line,
+    a value that is not an unsigned 64-bit integer, a name that is not text, a name twice, whose
+    two values are both dropped as neither can be trusted, a last line without its end, which may
+    be cut mid-number). An output that is not ``ethtool -S`` at all, or has no counter, raises."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.strip()), None)
     if start is None:
@@ -30,13 +42,34 @@ def parse_ethtool_stats(text: str) -> dict[str, int]:
     if lines[start].strip() != ETHTOOL_HEADER:
         raise ValueError(f"line {start + 1}: expected {ETHTOOL_HEADER!r}, got {lines[start]!r}")
     stats: dict[str, int] = {}
+    twice: set[str] = set()
+    problems: list[str] = []
+    last = len(lines) if text.endswith("\n") else len(lines) - 1
     for lineno, line in enumerate(lines[start + 1 :], start=start + 2):
-        if line.strip():
+        if not line.strip():
+            continue
+        if lineno > last:
+            problems.append(f"line {lineno}: cut short (no end of line): {line.strip()!r}")
+            continue
+        try:
             name, value = _ethtool_line(line, lineno)
-            if name in stats:
-                raise ValueError(f"line {lineno}: counter {name!r} appears twice")
-            stats[name] = value
-    return stats
+        except ValueError as exc:
+            problems.append(str(exc))
+            continue
+        if name in stats or name in twice:
+            twice.add(name)
+            problems.append(f"line {lineno}: counter {name!r} appears twice; both values dropped")
+            continue
+        stats[name] = value
+    for name in twice:
+        stats.pop(name, None)
+    if not stats:
+        raise ValueError(f"ethtool -S output has no counter{_first(problems)}")
+    return EthtoolStats(stats, problems)
+
+
+def _first(problems: list[str]) -> str:
+    return f" ({problems[0]}{' and more' if len(problems) > 1 else ''})" if problems else ""
 
 
 def _ethtool_line(line: str, lineno: int) -> tuple[str, int]:
@@ -44,8 +77,10 @@ def _ethtool_line(line: str, lineno: int) -> tuple[str, int]:
     name, value = name.strip(), value.strip()
     if not sep or not name:
         raise ValueError(f"line {lineno}: expected '<name>: <value>', got {line.strip()!r}")
-    if not _is_uint(value):
-        raise ValueError(f"line {lineno}: value of {name!r} is not a non-negative integer: {value!r}")
+    if "\ufffd" in name or not name.isprintable():
+        raise ValueError(f"line {lineno}: counter name is not text: {name!r}")
+    if not _is_uint(value) or int(value) > MAX_U64:
+        raise ValueError(f"line {lineno}: value of {name!r} is not an unsigned 64-bit integer: {value!r}")
     return name, int(value)
 
 
@@ -71,7 +106,7 @@ def _read_int_files(directory: Path) -> dict[str, int]:
             text = path.read_text(encoding="ascii").strip()
         except (OSError, UnicodeDecodeError):
             continue
-        if _is_uint(text):
+        if _is_uint(text) and int(text) <= MAX_U64:
             values[path.name] = int(text)
     return values
 

@@ -4,7 +4,10 @@ Vendors disagree and rename counters between releases, so both the vocabulary an
 mappings are CSV files under ``schemas/data``: adding a driver's names is a data change, not code.
 ``max_rate`` is the largest rate per second the physics allows (2 Tb/s of line rate, minimum-size
 frames, a million microseconds per second); the rate engine treats anything above it as impossible
-and uses it to tell a wrap from a reset.
+and uses it to tell a wrap from a reset. The RDMA counters a NIC keeps (CNPs, ECN marks, receive
+drops, sequence errors: 32-bit on mlx5) are bounded by the fastest RoCE NIC instead, 800 Gb/s of
+84-byte minimum packets on the wire (1.19e9/s): a lone reset of such a counter then cannot pass
+for a wrap unless polls are more than 3.6 s apart.
 """
 
 from __future__ import annotations

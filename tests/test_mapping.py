@@ -115,7 +115,7 @@ def test_unknown_source_names_the_known_ones():
 
 @pytest.fixture(scope="module")
 def mlx5() -> dict[tuple[str, int | None], tuple[CounterSpec, int]]:
-    return columns("mlx5_ethtool", parse_ethtool_stats(MLX5_ETHTOOL.read_text()))
+    return columns("mlx5_ethtool", parse_ethtool_stats(MLX5_ETHTOOL.read_text()).values)
 
 
 def test_mlx5_discards_and_pause_counters(mlx5):
@@ -160,7 +160,7 @@ def test_mlx5_pfc_counters_get_their_priority_index():
 
 @pytest.fixture(scope="module")
 def bnxt() -> dict[tuple[str, int | None], tuple[CounterSpec, int]]:
-    return columns("bnxt_ethtool", parse_ethtool_stats(BNXT_ETHTOOL.read_text()))
+    return columns("bnxt_ethtool", parse_ethtool_stats(BNXT_ETHTOOL.read_text()).values)
 
 
 def test_bnxt_port_counters(bnxt):
@@ -258,7 +258,7 @@ def test_columns_are_sorted_by_name_then_index():
 
 
 def test_build_snapshot_unions_columns_and_leaves_gaps_as_none():
-    raw = parse_ethtool_stats(MLX5_ETHTOOL.read_text())
+    raw = parse_ethtool_stats(MLX5_ETHTOOL.read_text()).values
     partial = {"rx_discards_phy": 7, "rx_prio3_pause": 2}
     snap = build_snapshot("h1/mlx5_0", "nic", T0, "mlx5_ethtool", {"1": raw, "2": partial})
     names = [(c.name, c.index) for c in snap.counters]
@@ -294,7 +294,7 @@ def test_combined_snapshot_refuses_a_source_missing_from_the_order():
 
 
 def test_mapping_a_nics_counters_costs_well_under_a_millisecond():
-    raw = parse_ethtool_stats(BNXT_ETHTOOL.read_text())  # ~330 raw counters
+    raw = parse_ethtool_stats(BNXT_ETHTOOL.read_text()).values  # ~330 raw counters
     assert len(raw) > 300
     map_counters("bnxt_ethtool", raw)  # first call resolves and caches every name
     runs = 200

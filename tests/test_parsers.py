@@ -20,6 +20,7 @@ from fabricwatch.schemas.messages import CounterSpec, Snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MLX5_ETHTOOL = FIXTURES / "ethtool_mlx5_cx6dx_k5.15_xdp_filtered.txt"
+ETHTOOL_VALUES = parse_ethtool_stats(MLX5_ETHTOOL.read_text()).values
 BNXT_ETHTOOL = FIXTURES / "ethtool_bnxt_en_rhel8_k4.18_go_ethtool_metrics.txt"
 SYSFS_TTAR = FIXTURES / "sysfs_infiniband_mlx5_0_counters_hw_counters_procfs_fixture.ttar"
 SONIC_FRAGMENTS = [
@@ -56,7 +57,8 @@ def sysfs(tmp_path: Path) -> Path:
 
 
 def test_mlx5_ethtool_output_parses_every_line():
-    stats = parse_ethtool_stats(MLX5_ETHTOOL.read_text())
+    stats, problems = parse_ethtool_stats(MLX5_ETHTOOL.read_text())
+    assert problems == []
     assert len(stats) == len(MLX5_ETHTOOL.read_text().splitlines()) - 1
     assert stats["rx_discards_phy"] == 58591428329
     assert stats["tx_pause_ctrl_phy"] == 5745055
@@ -64,7 +66,9 @@ def test_mlx5_ethtool_output_parses_every_line():
 
 
 def test_bnxt_ring_counters_keep_their_ring_prefix():
-    stats = parse_ethtool_stats(BNXT_ETHTOOL.read_text())  # tab-indented, "[N]: name: value" ring lines
+    stats = parse_ethtool_stats(
+        BNXT_ETHTOOL.read_text()
+    ).values  # tab-indented, "[N]: name: value" ring lines
     assert stats["[0]: rx_discards"] == 0
     assert stats["[7]: tpa_aborts"] == 10244908
     assert stats["rx_stat_discard"] == 14
@@ -74,7 +78,7 @@ def test_bnxt_ring_counters_keep_their_ring_prefix():
 def test_ethtool_name_with_trailing_space_is_stripped():
     # some mlx5 kernels print the name "tx_pause_storm_warning_events " with a trailing space
     stats = parse_ethtool_stats("NIC statistics:\n     tx_pause_storm_warning_events : 3\n")
-    assert stats == {"tx_pause_storm_warning_events": 3}
+    assert stats == ({"tx_pause_storm_warning_events": 3}, [])
 
 
 @pytest.mark.parametrize(
@@ -82,23 +86,43 @@ def test_ethtool_name_with_trailing_space_is_stripped():
     [
         ("", "empty"),
         ("Standard stats for eth0:\n     rx: 1\n", "line 1: expected 'NIC statistics:'"),
-        ("NIC statistics:\n     rx_bytes: 1\n     rx_packets 5\n", "line 3: expected '<name>: <value>'"),
-        ("NIC statistics:\n     rx_bytes: 1\n     tx_bytes: 12a\n", "line 3: value of 'tx_bytes'"),
-        ("NIC statistics:\n     rx_bytes: -1\n", "line 2: value of 'rx_bytes' is not a non-negative"),
-        ("NIC statistics:\n     rx_bytes: 1\n     rx_bytes: 2\n", "line 3: counter 'rx_bytes' appears twice"),
-        ("\nNIC statistics:\n     : 4\n", "line 3: expected '<name>: <value>'"),
+        ("NIC statistics:\n", "no counter"),
+        ("NIC statistics:\n     rx_bytes: x\n", r"no counter \(line 2: value of 'rx_bytes'"),
     ],
 )
-def test_malformed_ethtool_output_names_the_line(text, message):
+def test_output_that_is_not_ethtool_stats_is_an_error(text, message):
     with pytest.raises(ValueError, match=message):
         parse_ethtool_stats(text)
 
 
-def test_truncated_mlx5_output_names_the_broken_line():
-    lines = MLX5_ETHTOOL.read_text().splitlines()
-    truncated = "\n".join([*lines[:37], lines[37][: lines[37].index(":")]])
-    with pytest.raises(ValueError, match=r"line 38: expected '<name>: <value>', got 'rx_discards_phy'"):
-        parse_ethtool_stats(truncated)
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ("     rx_packets 5", "line 3: expected '<name>: <value>'"),
+        ("     tx_bytes: 12a", "line 3: value of 'tx_bytes' is not an unsigned 64-bit integer"),
+        ("     tx_bytes: -1", "line 3: value of 'tx_bytes' is not an unsigned"),
+        (f"     tx_bytes: {2**64}", "line 3: value of 'tx_bytes' is not an unsigned 64-bit integer"),
+        ("     : 4", "line 3: expected '<name>: <value>'"),
+        ("     rx_\ufffdbytes: 4", "line 3: counter name is not text"),
+        ("     rx_bytes: 2", "line 3: counter 'rx_bytes' appears twice; both values dropped"),
+    ],
+)
+def test_a_bad_line_costs_only_itself(line, problem):
+    text = f"NIC statistics:\n     rx_bytes: 1\n{line}\n     tx_packets: 7\n"
+    stats, problems = parse_ethtool_stats(text)
+    assert len(problems) == 1 and problems[0].startswith(problem)
+    assert stats["tx_packets"] == 7  # the lines after it are read
+    assert stats.get("rx_bytes") == (None if "twice" in problem else 1)  # a name twice: neither value
+
+
+def test_output_cut_mid_number_loses_only_its_last_line():
+    """A file cut mid-number ("rx_discards_phy: 58591" of 58591428329) would be a wrong value:
+    a last line without its end of line is not taken."""
+    text = MLX5_ETHTOOL.read_text()
+    cut = text[: text.index("58591428329") + 5]
+    stats, problems = parse_ethtool_stats(cut)
+    assert "rx_discards_phy" not in stats and stats["rx_bytes_phy"] > 0
+    assert problems == ["line 38: cut short (no end of line): 'rx_discards_phy: 58591'"]
 
 
 # --- sysfs
@@ -147,7 +171,7 @@ def test_collect_nic_from_ib_sysfs_alone(sysfs):
 def test_collect_nic_combines_ethtool_with_sysfs(sysfs):
     """The sysfs tree and the ethtool output come from two different real hosts: the test is about
     which source each column is taken from, not about one machine's numbers."""
-    snap = collect_nic(sysfs, "mlx5_0", None, MLX5_ETHTOOL.read_text(), T0, host="gpu-node-7")
+    snap = collect_nic(sysfs, "mlx5_0", None, ETHTOOL_VALUES, T0, host="gpu-node-7")
     assert snap.source == "mlx5_hw_counters+mlx5_ethtool+ib_counters"
     values = by_column(snap, "1")
     assert values[("tx_bytes", None)] == 357657403514  # ethtool tx_bytes_phy beats PMA port_xmit_data
@@ -165,21 +189,25 @@ def test_collect_nic_attaches_ethtool_to_the_port_of_the_netdev(sysfs):
     (ports / "2" / "counters" / "port_xmit_data").write_text("5\n")
     (ports / "2" / "gid_attrs" / "ndevs").mkdir(parents=True)
     (ports / "2" / "gid_attrs" / "ndevs" / "0").write_text("ens2f1np1\n")
-    snap = collect_nic(sysfs, "mlx5_0", "ens2f1np1", MLX5_ETHTOOL.read_text(), T0, host="h")
+    snap = collect_nic(sysfs, "mlx5_0", "ens2f1np1", ETHTOOL_VALUES, T0, host="h")
     assert snap.ports == ["1", "2"]
     assert by_column(snap, "2")[("rx_discards", None)] == 58591428329
     assert by_column(snap, "1")[("rx_discards", None)] is None
     with pytest.raises(ValueError, match="cannot tell which of ports"):
-        collect_nic(sysfs, "mlx5_0", "eth9", MLX5_ETHTOOL.read_text(), T0, host="h")
+        collect_nic(sysfs, "mlx5_0", "eth9", ETHTOOL_VALUES, T0, host="h")
 
 
 def test_collect_nic_refuses_an_unknown_device_or_vendor(sysfs):
     with pytest.raises(ValueError, match="no such RDMA device"):
         collect_nic(sysfs, "mlx5_9", None, None, T0)
     (sysfs / "class" / "infiniband" / "mlx5_0").rename(sysfs / "class" / "infiniband" / "rocep1s0")
-    with pytest.raises(ValueError, match="cannot tell the NIC vendor"):
+    with pytest.raises(
+        ValueError, match=r"rocep1s0: no counter map for its driver \(unknown\); name one with --vendor"
+    ):
         collect_nic(sysfs, "rocep1s0", None, None, T0)
     assert collect_nic(sysfs, "rocep1s0", None, None, T0, host="h", vendor="mlx5").ports == ["1"]
+    plain = collect_nic(sysfs, "rocep1s0", None, None, T0, host="h", vendor="ib")
+    assert plain.source == "ib_counters" and "rx_bytes" in {c.name for c in plain.counters}
 
 
 def test_vendor_comes_from_the_kernel_driver_before_the_device_name(sysfs):
@@ -201,7 +229,7 @@ def fake_ethtool(directory: Path, script: str) -> None:
 def test_run_ethtool_runs_the_real_command(tmp_path, monkeypatch):
     fake_ethtool(tmp_path, f'[ "$1" = "-S" ] && [ "$2" = "eth0" ] && cat "{MLX5_ETHTOOL}"')
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    assert parse_ethtool_stats(run_ethtool("eth0"))["rx_discards_phy"] == 58591428329
+    assert parse_ethtool_stats(run_ethtool("eth0")).values["rx_discards_phy"] == 58591428329
 
 
 def test_run_ethtool_explains_a_missing_or_failing_ethtool(tmp_path, monkeypatch):

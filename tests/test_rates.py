@@ -82,6 +82,37 @@ def test_port_reset_also_resets_32bit_counters_that_would_pass_for_a_wrap():
     assert frames[0].values[0].tolist() == [200.0, 0.7]
 
 
+def test_a_lone_reset_of_a_32bit_counter_is_a_reset_not_a_wrap():
+    """Found on real mlx5 output: rx_out_of_buffer 534,918,379 -> 1,000 with nothing else moving
+    down was read as a wrap, 3.76e9 drops per second, and no reset counted."""
+    e = RateEngine()
+    frames = run(e, [snap(T0, [OOB32], [[534_918_379]]), snap(T0 + 10**9, [OOB32], [[1_000]])])
+    assert frames[0].values[0, 0] == 1000.0
+    assert e.stats.port_resets == 1
+
+
+def test_the_line_rate_tells_a_reset_from_a_wrap_at_slow_polls():
+    """At 4 s between polls the same drop is within the vocabulary's bound (a wrap of 3.76e9 in
+    4 s is 0.94e9/s); on a 400 Gb/s port (at most 0.6e9 packets/s) it cannot be a wrap."""
+    line = np.array([400e9 / 8])
+    for line_Bps, resets in ((None, 0), (line, 1)):
+        e = RateEngine()
+        first, then = snap(T0, [OOB32], [[534_918_379]]), snap(T0 + 4 * 10**9, [OOB32], [[1_000]])
+        e.update(first, line_Bps)
+        frame = e.update(then, line_Bps)
+        assert e.stats.port_resets == resets
+        assert frame.values[0, 0] == (250.0 if resets else (2**32 - 534_918_379 + 1_000) / 4)
+
+
+def test_a_real_wrap_at_line_rate_stays_a_wrap():
+    e = RateEngine()
+    line = np.array([400e9 / 8])
+    near_top = 2**32 - 100_000_000  # 0.5e9 drops in a second on a 400 Gb/s port: possible
+    e.update(snap(T0, [OOB32], [[near_top]]), line)
+    frame = e.update(snap(T0 + 10**9, [OOB32], [[400_000_000]]), line)
+    assert frame.values[0, 0] == 500_000_000.0 and e.stats.port_resets == 0
+
+
 def test_reset_on_one_port_leaves_the_other_port_alone():
     e = RateEngine()
     s0 = snap(T0, [BYTES64, OOB32], [[10**14, 2**32 - 10], [10**14, 2**32 - 10]])

@@ -1,29 +1,53 @@
-"""``fabricwatch collect``: this host's RDMA NICs into a trace file."""
+"""``fabricwatch collect``: this host's RDMA NICs to Kafka (a daemon on every node) or a trace file."""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 import time
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from fabricwatch.cli import options
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.trace import TraceWriter
+from fabricwatch.schemas.messages import Snapshot, encode
 
-HELP = "poll this host's RDMA NICs into a trace file"
+if TYPE_CHECKING:
+    from fabricwatch.streams.kafka_io import Publisher
+
+HELP = "poll this host's RDMA NICs into Kafka (--broker) or a trace file (--out)"
 DESCRIPTION = """Poll this host's RDMA NICs (sysfs counters and hw_counters, plus ethtool -S for the
-PFC counters) every --interval seconds into a trace that replay reads."""
+PFC counters) at every wall-clock multiple of --interval and publish one snapshot per NIC per poll
+to fabric.counters (--broker; run it on every node), or write them into a trace that replay reads
+(--out), or both. A device that cannot be read costs only itself, reported once. SIGTERM or
+Ctrl-C stops it after sending what was read."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("collect", help=HELP, description=DESCRIPTION)
-    p.add_argument("--out", type=Path, required=True, help="trace file to write (.gz to compress)")
+    p.add_argument("--out", type=Path, default=None, help="trace file to write (.gz to compress)")
+    options.add_broker(p, "Kafka bootstrap HOST:PORT to publish to")
     p.add_argument(
         "--interval", type=float, default=1.0, help="seconds between polls, 0.1 to 10 (default: 1)"
     )
-    p.add_argument("--count", type=int, default=None, help="stop after this many polls (default: Ctrl-C)")
+    p.add_argument(
+        "--count", type=int, default=None, help="stop after this many polls (default: until stopped)"
+    )
     p.add_argument(
         "--device", action="append", default=None, help="RDMA device, e.g. mlx5_0 (repeatable; default: all)"
+    )
+    p.add_argument(
+        "--vendor",
+        action="append",
+        default=[],
+        metavar="DEVICE=VENDOR",
+        help="read DEVICE with VENDOR's counter map (mlx5, bnxt, or ib: the standard InfiniBand port "
+        "counters only) when its driver is not one the collector knows (repeatable; default: from "
+        "the driver)",
     )
     p.add_argument(
         "--sysfs-root", type=Path, default=Path("/sys"), help="where sysfs is mounted (default: /sys)"
@@ -33,25 +57,81 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fabricwatch.ingest.collect import discover, poll
+    from fabricwatch.ingest.collect import CollectStats, discover, poll
     from fabricwatch.ingest.host_collector import run_ethtool
 
     if not 0.1 <= args.interval <= 10:
         raise ValueError(f"--interval {args.interval}: must be between 0.1 and 10 seconds")
-    targets = discover(args.sysfs_root, args.device)
+    if args.out is None and args.broker is None and args.broker_config is None:
+        raise ValueError("nowhere to put the snapshots: give --broker HOST:PORT, --out TRACE, or both")
+    targets = discover(args.sysfs_root, args.device, _vendors(args.vendor))
+    stop, stopped_by = threading.Event(), []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stopped_by.append(signum)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    stats = CollectStats()
     ethtool = None if args.no_ethtool else run_ethtool
-    meta = {"poll_interval_s": args.interval, "devices": [t.ib_dev for t in targets]}
-    snapshots = 0
-    with TraceWriter(args.out, "collect", time.time_ns(), meta) as writer:
-        try:
-            for snap in poll(args.sysfs_root, targets, args.interval, args.count, args.host, ethtool, _warn):
-                writer.write_message(topics.COUNTERS, snap.device, snap.ts_ns, snap)
-                snapshots += 1
-        except KeyboardInterrupt:
-            pass
-    print(f"wrote {args.out}: {snapshots} snapshots of {', '.join(t.ib_dev for t in targets)}")
-    return 0
+    with ExitStack() as stack:
+        outputs = _outputs(args, stack, [t.ib_dev for t in targets])
+        for snap in poll(
+            args.sysfs_root, targets, args.interval, args.count, args.host, ethtool, _warn, stats, stop
+        ):
+            for put in outputs:
+                put(snap)
+    devices = ", ".join(t.ib_dev for t in targets)
+    print(
+        f"collected {stats.snapshots} snapshots of {devices} in {stats.polls} polls "
+        f"({stats.late_polls} late, {sum(stats.problems.values())} reads that lost something)"
+    )
+    return 130 if stopped_by[:1] == [signal.SIGINT] else 0
+
+
+def _outputs(
+    args: argparse.Namespace, stack: ExitStack, devices: list[str]
+) -> list[Callable[[Snapshot], None]]:
+    """Where each snapshot goes: the trace file and/or the broker, closed (flushed) at the end."""
+    from fabricwatch.schemas.trace import TraceWriter
+    from fabricwatch.streams.kafka_io import Publisher, ensure_topics
+
+    outputs: list[Callable[[Snapshot], None]] = []
+    if args.out is not None:
+        meta = {"poll_interval_s": args.interval, "devices": devices}
+        writer = stack.enter_context(TraceWriter(args.out, "collect", time.time_ns(), meta))
+        outputs.append(lambda snap: writer.write_message(topics.COUNTERS, snap.device, snap.ts_ns, snap))
+    if args.broker is not None or args.broker_config is not None:
+        settings = options.broker_settings(args)
+        ensure_topics(settings, [topics.COUNTERS])
+        publisher = Publisher(settings)
+        stack.callback(_close_publisher, publisher)
+        outputs.append(lambda snap: publisher.send(topics.COUNTERS, snap.device, encode(snap), snap.ts_ns))
+    return outputs
+
+
+def _close_publisher(publisher: Publisher) -> None:
+    publisher.close()
+    s = publisher.stats
+    print(
+        f"published {s.acked} of {s.sent} snapshots ({s.failed} failed, {s.dropped} dropped)", file=sys.stderr
+    )
+
+
+def _vendors(pairs: list[str]) -> dict[str, str]:
+    from fabricwatch.ingest.host_collector import SOURCE_ORDER
+
+    out = {}
+    for pair in pairs:
+        device, sep, vendor = pair.partition("=")
+        if not sep or not device or vendor not in SOURCE_ORDER:
+            raise ValueError(
+                f"--vendor {pair}: expected DEVICE=VENDOR, VENDOR one of {', '.join(SOURCE_ORDER)}"
+            )
+        out[device] = vendor
+    return out
 
 
 def _warn(text: str) -> None:
-    print(f"fabricwatch collect: {text}", file=sys.stderr)
+    print(f"fabricwatch collect: {text}", file=sys.stderr, flush=True)
