@@ -1,0 +1,92 @@
+"""`fabricwatch collect --broker` as the daemon it is on a node: a process polling a real sysfs tree
+(the procfs project's mlx5_0 fixture) whose counters move while it runs, publishing to a real
+broker (Tansu), with a worker turning the snapshots into rates."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from streaming import Collector
+from ttar import extract_ttar
+from waiting import wait_for
+
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, PortRates, decode
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SYSFS_TTAR = FIXTURES / "sysfs_infiniband_mlx5_0_counters_hw_counters_procfs_fixture.ttar"
+TX_WORDS_PER_S = 25_000_000  # port_xmit_data counts 4-octet words: 100 MB/s, 800 Mb/s
+RX_WORDS_PER_S = 5_000_000
+
+
+class MovingCounters:
+    """Advances the fixture's port_xmit_data and port_rcv_data at fixed rates, as a NIC would."""
+
+    def __init__(self, port_dir: Path) -> None:
+        self._files = {
+            port_dir / "counters" / "port_xmit_data": TX_WORDS_PER_S,
+            port_dir / "counters" / "port_rcv_data": RX_WORDS_PER_S,
+        }
+        self._base = {path: int(path.read_text()) for path in self._files}
+        self._stop = threading.Event()
+        self._t0 = time.time()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.005):
+            elapsed = time.time() - self._t0
+            for path, rate in self._files.items():
+                tmp = path.with_suffix(".new")
+                tmp.write_text(f"{self._base[path] + int(rate * elapsed)}\n")
+                tmp.replace(path)  # a reader sees the old value or the new one, never half of one
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+@pytest.fixture
+def sysfs(tmp_path: Path) -> Path:
+    extract_ttar(SYSFS_TTAR, tmp_path)
+    return tmp_path / "fixtures" / "sys"
+
+
+def test_the_daemon_publishes_what_a_worker_turns_into_the_counters_rates(broker, workers, sysfs):
+    for w in workers:
+        w.wait_ready()
+    rates = Collector(broker, topics.RATES)
+    moving = MovingCounters(sysfs / "class" / "infiniband" / "mlx5_0" / "ports" / "1")
+    argv = ["collect", "--broker", broker.bootstrap, "--sysfs-root", str(sysfs), "--host", "gpu7"]
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "fabricwatch", *argv, "--interval", "0.5", "--no-ethtool"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert wait_for(lambda: len(rates.records) >= 5, 60)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        out, err = daemon.communicate(timeout=30)
+        moving.stop()
+    assert daemon.returncode == 0, err  # SIGTERM: what was read is sent, and a clean exit
+    published = [line for line in err.splitlines() if line.startswith("published ")]
+    assert published and "(0 failed, 0 dropped)" in published[0], err
+    assert "collected " in out
+
+    tx, rx = PORT_RATE_COLUMNS.index("tx_bps"), PORT_RATE_COLUMNS.index("rx_bps")
+    for record in rates.stop():
+        msg = decode(record.value, PortRates)
+        assert msg.device == "gpu7/mlx5_0" and 0.45 <= msg.dt_s <= 0.55
+        row = msg.matrix()[0]
+        assert row[tx] == pytest.approx(TX_WORDS_PER_S * 4 * 8, rel=0.05)
+        assert row[rx] == pytest.approx(RX_WORDS_PER_S * 4 * 8, rel=0.05)
