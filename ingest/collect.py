@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fabricwatch.ingest.host_collector import EthtoolError, collect_nic, run_ethtool
-from fabricwatch.ingest.parsers import parse_ethtool_stats
+from fabricwatch.ingest.host_collector import EthtoolError, collect_nic, ethtool_command
+from fabricwatch.ingest.parsers import EthtoolStats
 from fabricwatch.schemas.messages import Snapshot
 
 
@@ -97,7 +97,7 @@ def poll(
     interval_s: float,
     count: int | None,
     host: str | None = None,
-    ethtool: Callable[[str], str] | None = run_ethtool,
+    ethtool: Callable[[str], EthtoolStats] | None = ethtool_command,
     warn: Callable[[str], None] = print,
     stats: CollectStats | None = None,
     stop: threading.Event | None = None,
@@ -127,7 +127,7 @@ def _read(
     sysfs_root: Path,
     t: NicTarget,
     host: str | None,
-    ethtool: Callable[[str], str] | None,
+    ethtool: Callable[[str], EthtoolStats] | None,
     problems: ProblemLog,
 ) -> Snapshot | None:
     ts_ns = time.time_ns()
@@ -142,11 +142,11 @@ def _read(
 
 
 def _ethtool_counters(
-    t: NicTarget, ethtool: Callable[[str], str], problems: ProblemLog
+    t: NicTarget, ethtool: Callable[[str], EthtoolStats], problems: ProblemLog
 ) -> dict[str, int] | None:
     """The device's ``ethtool -S`` counters, or None when this poll has none of them."""
     try:
-        parsed = parse_ethtool_stats(ethtool(t.netdev or ""))
+        parsed = ethtool(t.netdev or "")
     except (EthtoolError, ValueError) as exc:
         problems.failed(t.ib_dev, "ethtool", f"ethtool -S {t.netdev}: {exc}; its sysfs counters still go out")
         return None

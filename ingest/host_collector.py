@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 from fabricwatch.ingest.mapping import build_combined_snapshot
-from fabricwatch.ingest.parsers import read_sysfs_port
+from fabricwatch.ingest.parsers import EthtoolStats, parse_ethtool_stats, read_sysfs_port
 from fabricwatch.schemas.messages import Snapshot
 
 ETHTOOL_TIMEOUT_S = 5.0
@@ -56,6 +56,11 @@ def run_ethtool(netdev: str) -> str:
         err = proc.stderr.decode(errors="replace").strip()
         raise EthtoolError(f"ethtool -S {netdev} failed (exit {proc.returncode}): {err}")
     return proc.stdout.decode(errors="replace")
+
+
+def ethtool_command(netdev: str) -> EthtoolStats:
+    """The statistics of ``netdev`` from the ``ethtool`` binary: the fallback to ``EthtoolIoctl``."""
+    return parse_ethtool_stats(run_ethtool(netdev))
 
 
 def collect_nic(

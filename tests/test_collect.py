@@ -12,6 +12,7 @@ from fabricwatch.cli.main import main
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.ingest.collect import CollectStats, discover, poll
 from fabricwatch.ingest.host_collector import EthtoolError
+from fabricwatch.ingest.parsers import EthtoolStats, parse_ethtool_stats
 from fabricwatch.replay import replay_trace
 from fabricwatch.schemas.messages import Snapshot, decode
 from fabricwatch.schemas.trace import TraceReader
@@ -50,9 +51,9 @@ def test_netdev_found_in_sysfs_and_ethtool_counters_joined(sysfs):
     assert [(t.ib_dev, t.netdev) for t in targets] == [("mlx5_0", "ens1f0")]
     asked = []
 
-    def ethtool(netdev: str) -> str:
+    def ethtool(netdev: str) -> EthtoolStats:
         asked.append(netdev)
-        return MLX5_ETHTOOL
+        return parse_ethtool_stats(MLX5_ETHTOOL)
 
     (snap,) = poll(sysfs, targets, 0.1, 1, host="gpu7", ethtool=ethtool)
     names = {c.name for c in snap.counters}
@@ -64,7 +65,7 @@ def test_netdev_found_in_sysfs_and_ethtool_counters_joined(sysfs):
 def test_failing_ethtool_is_reported_once_and_sysfs_counters_still_flow(sysfs):
     warnings: list[str] = []
 
-    def broken(netdev: str) -> str:
+    def broken(netdev: str) -> EthtoolStats:
         raise EthtoolError("ethtool is not installed")
 
     snaps = list(poll(sysfs, discover(sysfs), 0.1, 3, ethtool=broken, warn=warnings.append))
@@ -128,7 +129,13 @@ def test_bad_ethtool_output_costs_only_its_bad_lines_and_every_poll_tries_again(
     stats = CollectStats()
     snaps = list(
         poll(
-            sysfs, discover(sysfs), 0.1, 3, ethtool=lambda _: next(outputs), warn=warnings.append, stats=stats
+            sysfs,
+            discover(sysfs),
+            0.1,
+            3,
+            ethtool=lambda _: parse_ethtool_stats(next(outputs)),
+            warn=warnings.append,
+            stats=stats,
         )
     )
     assert len(snaps) == 3  # every poll has its snapshot

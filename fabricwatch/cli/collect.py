@@ -53,12 +53,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--sysfs-root", type=Path, default=Path("/sys"), help="where sysfs is mounted (default: /sys)"
     )
     p.add_argument("--host", default=None, help="host name in device ids (default: this host's)")
+    p.add_argument(
+        "--ethtool",
+        choices=("ioctl", "command"),
+        default="ioctl",
+        help="how to read ethtool -S statistics (the PFC and port counters): the SIOCETHTOOL ioctl, "
+        "or by running the ethtool binary (default: ioctl)",
+    )
     p.add_argument("--no-ethtool", action="store_true", help="sysfs counters only (no PFC counters)")
 
 
 def run(args: argparse.Namespace) -> int:
     from fabricwatch.ingest.collect import CollectStats, discover, poll
-    from fabricwatch.ingest.host_collector import run_ethtool
+    from fabricwatch.ingest.ethtool_ioctl import EthtoolIoctl
+    from fabricwatch.ingest.host_collector import ethtool_command
 
     if not 0.1 <= args.interval <= 10:
         raise ValueError(f"--interval {args.interval}: must be between 0.1 and 10 seconds")
@@ -74,8 +82,12 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
     stats = CollectStats()
-    ethtool = None if args.no_ethtool else run_ethtool
     with ExitStack() as stack:
+        ethtool = None
+        if not args.no_ethtool:
+            ethtool = (
+                ethtool_command if args.ethtool == "command" else stack.enter_context(EthtoolIoctl()).read
+            )
         outputs = _outputs(args, stack, [t.ib_dev for t in targets])
         for snap in poll(
             args.sysfs_root, targets, args.interval, args.count, args.host, ethtool, _warn, stats, stop
