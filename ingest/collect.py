@@ -23,6 +23,7 @@ from pathlib import Path
 
 from fabricwatch.ingest.host_collector import EthtoolError, collect_nic, ethtool_command
 from fabricwatch.ingest.parsers import EthtoolStats
+from fabricwatch.ingest.sysfs import SysfsPorts
 from fabricwatch.schemas.messages import Snapshot
 
 
@@ -108,19 +109,20 @@ def poll(
     stop = stop or threading.Event()
     problems = ProblemLog(stats, warn)
     due = next_boundary(time.time(), interval_s)
-    while count is None or stats.polls < count:
-        if stop.wait(max(0.0, due - time.time())):
-            return
-        for t in targets:
-            snap = _read(sysfs_root, t, host, ethtool, problems)
-            if snap is not None:
-                stats.snapshots += 1
-                yield snap
-        stats.polls += 1
-        due += interval_s
-        if time.time() > due:  # the reads overran: skip to the next boundary, do not bunch up
-            stats.late_polls += 1
-            due = next_boundary(time.time(), interval_s)
+    with SysfsPorts() as ports:
+        while count is None or stats.polls < count:
+            if stop.wait(max(0.0, due - time.time())):
+                return
+            for t in targets:
+                snap = _read(sysfs_root, t, host, ethtool, problems, ports)
+                if snap is not None:
+                    stats.snapshots += 1
+                    yield snap
+            stats.polls += 1
+            due += interval_s
+            if time.time() > due:  # the reads overran: skip to the next boundary, do not bunch up
+                stats.late_polls += 1
+                due = next_boundary(time.time(), interval_s)
 
 
 def _read(
@@ -129,11 +131,14 @@ def _read(
     host: str | None,
     ethtool: Callable[[str], EthtoolStats] | None,
     problems: ProblemLog,
+    ports: SysfsPorts,
 ) -> Snapshot | None:
     ts_ns = time.time_ns()
     counters = _ethtool_counters(t, ethtool, problems) if ethtool is not None and t.netdev else None
     try:
-        snap = collect_nic(sysfs_root, t.ib_dev, t.netdev, counters, ts_ns, host=host, vendor=t.vendor)
+        snap = collect_nic(
+            sysfs_root, t.ib_dev, t.netdev, counters, ts_ns, host=host, vendor=t.vendor, read_port=ports.read
+        )
     except (ValueError, OSError) as exc:
         problems.failed(t.ib_dev, "device", f"{exc}; skipped")
         return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from fabricwatch.ingest.mapping import build_combined_snapshot
@@ -72,13 +73,15 @@ def collect_nic(
     *,
     host: str | None = None,
     vendor: str | None = None,
+    read_port: Callable[[Path], tuple[dict[str, int], dict[str, int]]] = read_sysfs_port,
 ) -> Snapshot:
     """Snapshot of one RDMA device: device id ``<host>/<ib_dev>``, one row per IB port number.
 
     ``sysfs_root`` is the sysfs mount (``/sys``). ``ethtool`` is the device's parsed ``ethtool
     -S`` (or None): its counters belong to the port whose default GID is on ``netdev`` (or to the
     only port). ``vendor`` (a key of ``SOURCE_ORDER``) decides how hw_counters and ethtool names
-    are read; by default it comes from the device's driver.
+    are read; by default it comes from the device's driver. ``read_port`` reads one port's
+    ``counters/`` and ``hw_counters/`` (a collector passes ``SysfsPorts.read``, files kept open).
     """
     dev_dir = Path(sysfs_root) / "class" / "infiniband" / ib_dev
     ports_dir = dev_dir / "ports"
@@ -88,7 +91,7 @@ def collect_nic(
     port_names = sorted((p.name for p in ports_dir.iterdir() if p.name.isdigit()), key=int)
     per_port: dict[str, dict[str, dict[str, int]]] = {}
     for port in port_names:
-        counters, hw_counters = read_sysfs_port(ports_dir / port)
+        counters, hw_counters = read_port(ports_dir / port)
         per_port[port] = {ib_source: counters} | ({hw_source: hw_counters} if hw_source else {})
     if ethtool is not None and eth_source is not None:
         per_port[_netdev_port(ports_dir, port_names, netdev)][eth_source] = ethtool

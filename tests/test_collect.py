@@ -155,3 +155,16 @@ def test_polls_fall_on_wall_clock_multiples_of_the_interval(sysfs):
     snaps = list(poll(sysfs, discover(sysfs), 0.2, 4, ethtool=None))
     offsets = [(s.ts_ns % 200_000_000) / 1e6 for s in snaps]
     assert all(off < 50 for off in offsets), offsets  # read within 50 ms after each boundary
+
+
+def test_files_kept_open_read_what_a_fresh_read_does_and_see_each_new_value(sysfs):
+    from fabricwatch.ingest.parsers import read_sysfs_port
+    from fabricwatch.ingest.sysfs import SysfsPorts
+
+    port = sysfs / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
+    with SysfsPorts() as ports:
+        assert ports.read(port) == read_sysfs_port(port)
+        (port / "counters" / "port_xmit_data").write_text("123456789\n")  # regenerated in place
+        assert ports.read(port)[0]["port_xmit_data"] == 123456789
+        with pytest.raises(ValueError, match="not an InfiniBand port"):
+            ports.read(sysfs)

@@ -41,12 +41,17 @@ class MovingCounters:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(0.005):
-            elapsed = time.time() - self._t0
-            for path, rate in self._files.items():
-                tmp = path.with_suffix(".new")
-                tmp.write_text(f"{self._base[path] + int(rate * elapsed)}\n")
-                tmp.replace(path)  # a reader sees the old value or the new one, never half of one
+        fds = {path: os.open(path, os.O_WRONLY) for path in self._files}
+        try:
+            while not self._stop.wait(0.005):
+                elapsed = time.time() - self._t0
+                for path, rate in self._files.items():
+                    # In place and of one width, as sysfs regenerates a file: the collector keeps
+                    # it open and reads it from offset 0 each poll.
+                    os.pwrite(fds[path], f"{self._base[path] + int(rate * elapsed):<24}\n".encode(), 0)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
 
     def stop(self) -> None:
         self._stop.set()
