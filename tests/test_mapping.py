@@ -133,10 +133,11 @@ def test_mlx5_rx_out_of_buffer_is_a_32_bit_queue_counter(mlx5):
     assert (spec.width, value) == (32, 990473555)
 
 
-def test_mlx5_per_priority_traffic_counters_stay_unmapped(mlx5):
+def test_mlx5_per_priority_drops_are_their_own_column(mlx5):
     # rx_prio0_discards 58591314012 must not be mistaken for a PFC counter or for rx_discards
-    assert all(key[1] is None for key in mlx5)
-    assert 58591314012 not in {value for _, value in mlx5.values()}
+    assert mlx5[("rx_prio_discards", 0)][1] == 58591314012
+    assert [key for key, (_, value) in mlx5.items() if value == 58591314012] == [("rx_prio_discards", 0)]
+    assert not any(name.startswith(("rx_pfc", "tx_pfc")) for name, _ in mlx5)
 
 
 def test_mlx5_pfc_counters_get_their_priority_index():
@@ -303,3 +304,32 @@ def test_mapping_a_nics_counters_costs_well_under_a_millisecond():
         map_counters("bnxt_ethtool", raw)
     per_call = (time.perf_counter() - start) / runs
     assert per_call < 1e-3, f"{per_call * 1e6:.0f} µs per call"
+
+
+def test_counters_of_real_output_that_had_no_column_now_have_one():
+    """Found: real mlx5 and bnxt output carried the lossless drop signal, per-priority traffic, CRC
+    and FEC counters and the RDMA error counters, and the map dropped them all."""
+    mlx5 = columns("mlx5_ethtool", parse_ethtool_stats(MLX5_ETHTOOL.read_text()).values)
+    per_prio = {"rx_prio_discards", "rx_prio_bytes", "rx_prio_packets", "tx_prio_bytes", "tx_prio_packets"}
+    assert {(name, 0) for name in per_prio} <= mlx5.keys()
+    assert mlx5[("rx_prio_discards", 0)][0].width == 64
+    hw = columns("mlx5_hw_counters", telegraf_fields(TELEGRAF_IB.read_text().splitlines()[1]))
+    rdma = {
+        "duplicate_requests",
+        "req_cqe_errors",
+        "resp_cqe_errors",
+        "rx_icrc_errors",
+        "roce_adaptive_retrans",
+        "roce_adaptive_retrans_timeouts",
+        "roce_slow_restarts",
+        "roce_slow_restart_cnps",
+        "roce_slow_restart_transitions",
+    }
+    assert {(name, None) for name in rdma} <= hw.keys()
+    assert all(hw[(name, None)][0].width == 32 for name in rdma)  # Q counters: they wrap at 2^32
+    bnxt = columns("bnxt_ethtool", parse_ethtool_stats(BNXT_ETHTOOL.read_text()).values)
+    assert {
+        ("rx_crc_errors", None),
+        ("fec_corrected_blocks", None),
+        ("fec_uncorrectable_blocks", None),
+    } <= bnxt.keys()
