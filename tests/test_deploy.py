@@ -83,3 +83,41 @@ def test_the_environment_file_names_only_variables_the_settings_read():
     env = {n: "x" for n in names if n not in {"FABRICWATCH_CLICKHOUSE_URL"}}
     env.update(FABRICWATCH_SECURITY_PROTOCOL="SASL_SSL", FABRICWATCH_SASL_MECHANISM="PLAIN")
     assert load_broker_settings(None, env).bootstrap == "x"
+
+
+def collect_args(argv: list[str]) -> argparse.Namespace:
+    from fabricwatch.cli import collect
+
+    parser = argparse.ArgumentParser(prog="fabricwatch")
+    collect.add_parser(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(argv)
+
+
+def test_the_systemd_collector_unit_runs_collect_with_arguments_it_accepts():
+    unit = DEPLOY / "systemd" / "fabricwatch-collect.service"
+    args = collect_args(exec_start(unit, "")[1:])
+    assert args.command == "collect" and args.interval == 1.0 and args.ethtool == "ioctl"
+    assert args.broker_config == Path("/etc/fabricwatch/fabricwatch.yaml") and args.out is None
+    text = unit.read_text()
+    assert "User=fabricwatch" in text and "CapabilityBoundingSet=\n" in text  # no root, no capability
+
+
+def test_the_collector_daemonset_reads_the_node_s_sysfs_and_interfaces_unprivileged():
+    docs = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "collector.yaml").read_text()))
+    daemonset = next(d for d in docs if d["kind"] == "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    args = collect_args(container["args"])
+    assert args.command == "collect" and args.broker_config == Path("/etc/fabricwatch/fabricwatch.yaml")
+    assert pod["hostNetwork"] is True  # the ioctl reads the interfaces of the pod's namespace
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    sys_mount = next(m for m in mounts.values() if Path(m["mountPath"]) == args.sysfs_root)
+    assert sys_mount["readOnly"] is True and volumes[sys_mount["name"]]["hostPath"]["path"] == "/sys"
+    security = container["securityContext"]
+    assert security["capabilities"] == {"drop": ["ALL"]} and not security.get("privileged")
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert "$(NODE_NAME)" in args.host and any(e["name"] == "NODE_NAME" for e in container["env"])
+    workers = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "workers.yaml").read_text()))
+    config_map = next(d for d in workers if d["kind"] == "ConfigMap")
+    assert volumes["config"]["configMap"]["name"] == config_map["metadata"]["name"]
