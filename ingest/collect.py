@@ -102,9 +102,11 @@ def poll(
     warn: Callable[[str], None] = print,
     stats: CollectStats | None = None,
     stop: threading.Event | None = None,
+    on_poll: Callable[[float], None] | None = None,
 ) -> Iterator[Snapshot]:
     """Yield one snapshot per readable device per poll, ``count`` polls (forever when None), until
-    ``stop`` is set (checked while waiting for the next poll)."""
+    ``stop`` is set (checked while waiting for the next poll). ``on_poll`` gets each poll's
+    duration in seconds, reads and hand-over of its snapshots included."""
     stats = stats if stats is not None else CollectStats()
     stop = stop or threading.Event()
     problems = ProblemLog(stats, warn)
@@ -113,12 +115,15 @@ def poll(
         while count is None or stats.polls < count:
             if stop.wait(max(0.0, due - time.time())):
                 return
+            began = time.monotonic()
             for t in targets:
                 snap = _read(sysfs_root, t, host, ethtool, problems, ports)
                 if snap is not None:
                     stats.snapshots += 1
                     yield snap
             stats.polls += 1
+            if on_poll is not None:
+                on_poll(time.monotonic() - began)
             due += interval_s
             if time.time() > due:  # the reads overran: skip to the next boundary, do not bunch up
                 stats.late_polls += 1

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -46,20 +48,39 @@ class Progress:
             return False, f"stalled: {lag} messages waiting and nothing processed for {idle:.0f} s"
         return True, f"ok: lag {lag}, last progress {idle:.1f} s ago"
 
-    def prometheus(self, lag: int) -> str:
-        """The counters in Prometheus' text format, for a scrape of ``/metrics``."""
-        lines = [
-            "# TYPE fabricwatch_processed_total counter",
-            *(f'fabricwatch_processed_total{{what="{k}"}} {v}' for k, v in sorted(self.counts.items())),
-            "# TYPE fabricwatch_dead_letters_total counter",
-            *(
-                f'fabricwatch_dead_letters_total{{reason="{k}"}} {v}'
-                for k, v in sorted(self.dead_letters.items())
-            ),
-            "# TYPE fabricwatch_consumer_lag gauge",
-            f"fabricwatch_consumer_lag {lag}",
-        ]
-        return "\n".join(lines) + "\n"
+    def prometheus(self, lag: int) -> bytes:
+        """The counters in Prometheus' text format, for a scrape of ``/metrics`` (prometheus-client
+        writes it, as for every fabricwatch daemon)."""
+        from prometheus_client import CollectorRegistry, generate_latest
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_ProgressMetrics(self, lag))
+        return generate_latest(registry)
+
+
+class _ProgressMetrics:
+    """A prometheus-client collector reading a worker's ``Progress`` at scrape time."""
+
+    def __init__(self, progress: Progress, lag: int) -> None:
+        self._progress = progress
+        self._lag = lag
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        processed = CounterMetricFamily(
+            "fabricwatch_processed", "Messages processed, by kind", labels=["what"]
+        )
+        for what, n in sorted(self._progress.counts.items()):
+            processed.add_metric([what], n)
+        dead = CounterMetricFamily(
+            "fabricwatch_dead_letters", "Messages set aside, by reason", labels=["reason"]
+        )
+        for reason, n in sorted(self._progress.dead_letters.items()):
+            dead.add_metric([reason], n)
+        lag = GaugeMetricFamily("fabricwatch_consumer_lag", "Messages waiting on this worker's partitions")
+        lag.add_metric([], self._lag)
+        yield from (processed, dead, lag)
 
 
 def reason_class(reason: str) -> str:

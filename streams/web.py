@@ -31,4 +31,6 @@ def wire(w: Worker) -> None:
 
     @app.page("/metrics")
     async def metrics(web: Any, request: Any) -> Any:
-        return web.text(w.progress.prometheus(await w.lag()), content_type="text/plain; version=0.0.4")
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        return web.bytes(w.progress.prometheus(await w.lag()), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -4,12 +4,16 @@ broker (Tansu), with a worker turning the snapshots into rates."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -17,6 +21,7 @@ from streaming import Collector
 from ttar import extract_ttar
 from waiting import wait_for
 
+from fabricwatch.local.broker import free_port
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, PortRates, decode
 
@@ -64,19 +69,24 @@ def sysfs(tmp_path: Path) -> Path:
     return tmp_path / "fixtures" / "sys"
 
 
-def test_the_daemon_publishes_what_a_worker_turns_into_the_counters_rates(broker, workers, sysfs):
-    for w in workers:
-        w.wait_ready()
-    rates = Collector(broker, topics.RATES)
-    moving = MovingCounters(sysfs / "class" / "infiniband" / "mlx5_0" / "ports" / "1")
+def start_daemon(broker, sysfs: Path, web_port: int = 0) -> subprocess.Popen:
     argv = ["collect", "--broker", broker.bootstrap, "--sysfs-root", str(sysfs), "--host", "gpu7"]
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "fabricwatch", *argv, "--interval", "0.5", "--no-ethtool"],
+    argv += ["--interval", "0.5", "--no-ethtool", "--web-port", str(web_port)]
+    return subprocess.Popen(
+        [sys.executable, "-m", "fabricwatch", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=os.environ | {"PYTHONUNBUFFERED": "1"},
     )
+
+
+def test_the_daemon_publishes_what_a_worker_turns_into_the_counters_rates(broker, workers, sysfs):
+    for w in workers:
+        w.wait_ready()
+    rates = Collector(broker, topics.RATES)
+    moving = MovingCounters(sysfs / "class" / "infiniband" / "mlx5_0" / "ports" / "1")
+    daemon = start_daemon(broker, sysfs)
     try:
         assert wait_for(lambda: len(rates.records) >= 5, 60)
     finally:
@@ -95,3 +105,56 @@ def test_the_daemon_publishes_what_a_worker_turns_into_the_counters_rates(broker
         row = msg.matrix()[0]
         assert row[tx] == pytest.approx(TX_WORDS_PER_S * 4 * 8, rel=0.05)
         assert row[rx] == pytest.approx(RX_WORDS_PER_S * 4 * 8, rel=0.05)
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="Debian's prometheus is not installed")
+def test_prometheus_scrapes_the_collector_and_a_worker(broker, workers, sysfs, tmp_path):
+    """A real Prometheus server scrapes the collector's and the workers' /metrics on loopback; PromQL
+    over its HTTP API finds the collector's poll durations and published messages and the
+    snapshots the workers processed."""
+    for w in workers:
+        w.wait_ready()
+    collector_port, prometheus_port = free_port(), free_port()
+    worker_targets = ", ".join(f"'127.0.0.1:{w.port}'" for w in workers)
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        f"  - {{job_name: collector, static_configs: [{{targets: ['127.0.0.1:{collector_port}']}}]}}\n"
+        f"  - {{job_name: worker, static_configs: [{{targets: [{worker_targets}]}}]}}\n"
+    )
+    server = subprocess.Popen(
+        [
+            "prometheus",
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{prometheus_port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    daemon = start_daemon(broker, sysfs, collector_port)
+    try:
+
+        def series(query: str) -> list:
+            url = f"http://127.0.0.1:{prometheus_port}/api/v1/query?" + urllib.parse.urlencode(
+                {"query": query}
+            )
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    return json.load(response)["data"]["result"]
+            except OSError:
+                return []  # not up yet
+
+        polls = 'fabricwatch_collect_poll_duration_seconds_count{job="collector"}'
+        published = 'fabricwatch_collect_messages_total{job="collector",outcome="acked"}'
+        processed = 'fabricwatch_processed_total{job="worker",what="snapshots"}'
+        assert wait_for(lambda: all(series(f"{q} > 0") for q in (polls, published)), 60)
+        assert wait_for(lambda: series(f"sum({processed}) > 0"), 60)  # the collector's snapshots
+        health = urllib.request.urlopen(f"http://127.0.0.1:{collector_port}/healthz", timeout=2)
+        assert json.load(health)["healthy"] is True
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.communicate(timeout=30)
+        server.terminate()
+        server.wait(timeout=30)

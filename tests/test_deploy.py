@@ -117,7 +117,11 @@ def test_the_collector_daemonset_reads_the_node_s_sysfs_and_interfaces_unprivile
     security = container["securityContext"]
     assert security["capabilities"] == {"drop": ["ALL"]} and not security.get("privileged")
     assert pod["securityContext"]["runAsNonRoot"] is True
-    assert "$(NODE_NAME)" in args.host and any(e["name"] == "NODE_NAME" for e in container["env"])
+    env = {e["name"] for e in container["env"]}
+    assert "$(NODE_NAME)" in args.host and {"NODE_NAME", "POD_IP"} <= env
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["http"] == args.web_port and args.web_bind == "$(POD_IP)"
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     workers = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "workers.yaml").read_text()))
     config_map = next(d for d in workers if d["kind"] == "ConfigMap")
     assert volumes["config"]["configMap"]["name"] == config_map["metadata"]["name"]

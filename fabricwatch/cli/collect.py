@@ -61,12 +61,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "or by running the ethtool binary (default: ioctl)",
     )
     p.add_argument("--no-ethtool", action="store_true", help="sysfs counters only (no PFC counters)")
+    p.add_argument(
+        "--web-bind", default="127.0.0.1", help="address of /metrics and /healthz (default: 127.0.0.1)"
+    )
+    p.add_argument(
+        "--web-port",
+        type=int,
+        default=None,
+        help="port of /metrics and /healthz, 0 for none (default: 6068 when publishing to a broker, "
+        "none when only writing a trace)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    from fabricwatch.collector_metrics import CollectMetrics
     from fabricwatch.ingest.collect import CollectStats, discover, poll
     from fabricwatch.ingest.ethtool_ioctl import EthtoolIoctl
     from fabricwatch.ingest.host_collector import ethtool_command
+    from fabricwatch.streams.metrics_server import MetricsServer
 
     if not 0.1 <= args.interval <= 10:
         raise ValueError(f"--interval {args.interval}: must be between 0.1 and 10 seconds")
@@ -88,9 +100,25 @@ def run(args: argparse.Namespace) -> int:
             ethtool = (
                 ethtool_command if args.ethtool == "command" else stack.enter_context(EthtoolIoctl()).read
             )
-        outputs = _outputs(args, stack, [t.ib_dev for t in targets])
+        outputs, publisher = _outputs(args, stack, [t.ib_dev for t in targets])
+        metrics = CollectMetrics(stats, args.interval, _outcomes(publisher) if publisher else None)
+        web_port = args.web_port if args.web_port is not None else (6068 if publisher else 0)
+        if web_port:
+            server = stack.enter_context(
+                MetricsServer(metrics.registry, metrics.health, args.web_bind, web_port)
+            )
+            _warn(f"/metrics and /healthz on http://{args.web_bind}:{server.port}")
         for snap in poll(
-            args.sysfs_root, targets, args.interval, args.count, args.host, ethtool, _warn, stats, stop
+            args.sysfs_root,
+            targets,
+            args.interval,
+            args.count,
+            args.host,
+            ethtool,
+            _warn,
+            stats,
+            stop,
+            metrics.observe_poll,
         ):
             for put in outputs:
                 put(snap)
@@ -104,12 +132,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _outputs(
     args: argparse.Namespace, stack: ExitStack, devices: list[str]
-) -> list[Callable[[Snapshot], None]]:
+) -> tuple[list[Callable[[Snapshot], None]], Publisher | None]:
     """Where each snapshot goes: the trace file and/or the broker, closed (flushed) at the end."""
     from fabricwatch.schemas.trace import TraceWriter
     from fabricwatch.streams.kafka_io import Publisher, ensure_topics
 
     outputs: list[Callable[[Snapshot], None]] = []
+    publisher = None
     if args.out is not None:
         meta = {"poll_interval_s": args.interval, "devices": devices}
         writer = stack.enter_context(TraceWriter(args.out, "collect", time.time_ns(), meta))
@@ -120,7 +149,20 @@ def _outputs(
         publisher = Publisher(settings)
         stack.callback(_close_publisher, publisher)
         outputs.append(lambda snap: publisher.send(topics.COUNTERS, snap.device, encode(snap), snap.ts_ns))
-    return outputs
+    return outputs, publisher
+
+
+def _outcomes(publisher: Publisher) -> Callable[[], dict[str, int]]:
+    def counts() -> dict[str, int]:
+        s = publisher.stats
+        return {
+            "acked": s.acked,
+            "failed": s.failed,
+            "dropped": s.dropped,
+            "pending": s.sent - s.acked - s.failed,
+        }
+
+    return counts
 
 
 def _close_publisher(publisher: Publisher) -> None:

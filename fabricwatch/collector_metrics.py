@@ -1,0 +1,87 @@
+"""The host collector's self-metrics and health, for ``/metrics`` and ``/healthz``.
+
+Counts are read from the collector's ``CollectStats`` and its publisher at scrape time (nothing to
+keep in step); the poll duration is a histogram observed after each poll. Healthy means a poll
+finished recently: a collector stuck on a hung read or a dead sysfs stops being healthy within
+three intervals, and its orchestrator restarts it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from fabricwatch.ingest.collect import CollectStats
+
+POLL_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+class CollectMetrics:
+    """A prometheus-client registry for one collector."""
+
+    def __init__(
+        self,
+        stats: CollectStats,
+        interval_s: float,
+        published: Callable[[], dict[str, int]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        from prometheus_client import CollectorRegistry, Histogram
+
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._poll_seconds = Histogram(
+            "fabricwatch_collect_poll_duration_seconds",
+            "Time one poll of every device took, reads and hand-over included",
+            buckets=POLL_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.registry.register(_StatsCollector(stats, published))
+        self._interval_s = interval_s
+        self._clock = clock
+        self._started = clock()
+        self._last_poll: float | None = None
+
+    def observe_poll(self, seconds: float) -> None:
+        self._poll_seconds.observe(seconds)
+        self._last_poll = self._clock()
+
+    def health(self) -> tuple[bool, str]:
+        since = self._clock() - (self._last_poll or self._started)
+        allowed = max(3 * self._interval_s, 5.0)
+        if since > allowed:
+            return False, f"no poll finished for {since:.0f} s (interval {self._interval_s} s)"
+        return True, f"ok: last poll {since:.1f} s ago"
+
+
+class _StatsCollector:
+    def __init__(self, stats: CollectStats, published: Callable[[], dict[str, int]] | None) -> None:
+        self._stats = stats
+        self._published = published
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        s = self._stats
+        yield CounterMetricFamily("fabricwatch_collect_polls", "Polls done", value=s.polls)
+        yield CounterMetricFamily(
+            "fabricwatch_collect_late_polls",
+            "Polls that overran the interval and were skipped",
+            value=s.late_polls,
+        )
+        yield CounterMetricFamily("fabricwatch_collect_snapshots", "Device snapshots read", value=s.snapshots)
+        errors = CounterMetricFamily(
+            "fabricwatch_collect_read_errors", "Reads that lost something, by device", labels=["device"]
+        )
+        for device, n in sorted(s.problems.items()):
+            errors.add_metric([device], n)
+        yield errors
+        if self._published is not None:
+            messages = CounterMetricFamily(
+                "fabricwatch_collect_messages",
+                "Snapshots handed to the broker, by outcome",
+                labels=["outcome"],
+            )
+            for outcome, n in self._published().items():
+                messages.add_metric([outcome], n)
+            yield messages
