@@ -17,6 +17,7 @@ from fabricwatch.detectors.outliers import OutlierStage
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.detectors.stage1 import Stage1
 from fabricwatch.detectors.stage2 import Stage2
+from fabricwatch.detectors.topology import TopologyView
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Anomaly, DecodeError, Label, Phase, Snapshot, Topology, decode
 
@@ -63,6 +64,7 @@ class Pipeline:
     def __post_init__(self) -> None:
         self.stage1 = Stage1(self.config, self.outliers)
         self.stage2 = Stage2(self.config, self.tick_s)
+        self.topology = TopologyView()
         self.clock: ClockGuard[tuple[str, Snapshot]] = ClockGuard()
 
     def feed(self, topic: str, ts_ns: int, value: bytes, where: str = "") -> list[Anomaly]:
@@ -130,8 +132,9 @@ class Pipeline:
             if self.on_context is not None:
                 self.on_context(msg)
         elif isinstance(msg, Topology):
-            self.stage1.set_topology(msg)
-            self.stage2.set_topology(msg)
+            merged = self.topology.add(msg)
+            self.stage1.set_topology(merged)
+            self.stage2.set_topology(merged)
             if self.on_context is not None:
                 self.on_context(msg)
         else:

@@ -9,14 +9,13 @@ per column (see ``SOURCE_ORDER``).
 
 from __future__ import annotations
 
-import shutil
 import socket
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 from fabricwatch.ingest.mapping import build_combined_snapshot
 from fabricwatch.ingest.parsers import EthtoolStats, parse_ethtool_stats, read_sysfs_port
+from fabricwatch.ingest.tools import run_tool
 from fabricwatch.schemas.messages import Snapshot
 
 ETHTOOL_TIMEOUT_S = 5.0
@@ -41,22 +40,14 @@ class EthtoolError(RuntimeError):
 def run_ethtool(netdev: str) -> str:
     """``ethtool -S <netdev>`` output; raises EthtoolError when ethtool is absent or fails. Bytes
     that are not UTF-8 become U+FFFD, which the parser reports with their line."""
-    exe = shutil.which("ethtool")
-    if exe is None:
-        raise EthtoolError(
-            "ethtool is not installed or not on PATH; install it (apt install ethtool / dnf install ethtool)"
-            " to read the NIC's PFC and pause counters, or collect without a netdev"
-        )
-    try:
-        proc = subprocess.run(
-            [exe, "-S", netdev], capture_output=True, timeout=ETHTOOL_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired:
-        raise EthtoolError(f"ethtool -S {netdev} did not answer within {ETHTOOL_TIMEOUT_S} s") from None
-    if proc.returncode != 0:
-        err = proc.stderr.decode(errors="replace").strip()
-        raise EthtoolError(f"ethtool -S {netdev} failed (exit {proc.returncode}): {err}")
-    return proc.stdout.decode(errors="replace")
+    return run_tool(
+        ["ethtool", "-S", netdev],
+        f"ethtool -S {netdev}",
+        ETHTOOL_TIMEOUT_S,
+        "ethtool is not installed or not on PATH; install it (apt install ethtool / dnf install ethtool)"
+        " to read the NIC's PFC and pause counters, or collect without a netdev",
+        EthtoolError,
+    )
 
 
 def ethtool_command(netdev: str) -> EthtoolStats:

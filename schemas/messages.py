@@ -139,13 +139,19 @@ class NicAttachment(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 class Topology(msgspec.Struct, tag="topology", tag_field="type", omit_defaults=True):
-    """The fabric as the detectors need it: who is wired to whom, and which ports hash together."""
+    """The fabric as the detectors need it: who is wired to whom, and which ports hash together.
+
+    ``source`` says who reported it: empty for the whole fabric (a topology file), which replaces
+    what came before; ``host:NAME`` for what one host saw of its own cabling (LLDP), which is
+    merged into the whole (``detectors/topology.py``) and replaces only that host's earlier report.
+    """
 
     ts_ns: int
     devices: list[Device]
     links: list[Link]
     ecmp_groups: list[EcmpGroup] = msgspec.field(default_factory=list)
     nics: list[NicAttachment] = msgspec.field(default_factory=list)
+    source: str = ""
     v: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:

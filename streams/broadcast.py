@@ -60,8 +60,9 @@ def _apply(topic: str, value: bytes, w: Worker) -> None:
         w.progress.dead_letter(str(exc))
         return
     if isinstance(msg, Topology):
-        w.stage1.set_topology(msg)
-        w.stage2.set_topology(msg)
+        merged = w.topology.add(msg)
+        w.stage1.set_topology(merged)
+        w.stage2.set_topology(merged)
         w.topology_seen.set()
     else:
         w.stage2.on_phase(msg)

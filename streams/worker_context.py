@@ -13,6 +13,7 @@ from faust.exceptions import ProducerSendError
 
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.outliers import OutlierStage
+from fabricwatch.detectors.topology import TopologyView
 from fabricwatch.schemas import topics
 from fabricwatch.streams.health import Progress
 from fabricwatch.streams.kafka_io import BrokerSettings
@@ -64,6 +65,8 @@ class Worker:
     stage2_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """One writer at a time keeps each incident's events in order."""
     topology_seen: asyncio.Event = field(default_factory=asyncio.Event)
+    topology: TopologyView = field(default_factory=TopologyView)
+    """The whole fabric's topology with each host's LLDP report merged in."""
     processed: dict[Any, int] = field(default_factory=dict)
     """The last offset processed per counters partition (for the caught-up heartbeat)."""
 

@@ -122,6 +122,10 @@ def test_the_collector_daemonset_reads_the_node_s_sysfs_and_interfaces_unprivile
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports["http"] == args.web_port and args.web_bind == "$(POD_IP)"
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    lldpd = next(m for m in mounts.values() if m["mountPath"] == args.lldp_socket)
+    assert volumes[lldpd["name"]]["hostPath"] == {"path": "/run/lldpd.socket", "type": "Socket"}
+    lldpd = next(m for m in mounts.values() if m["mountPath"] == args.lldp_socket)
+    assert volumes[lldpd["name"]]["hostPath"] == {"path": "/run/lldpd.socket", "type": "Socket"}
     workers = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "workers.yaml").read_text()))
     config_map = next(d for d in workers if d["kind"] == "ConfigMap")
     assert volumes["config"]["configMap"]["name"] == config_map["metadata"]["name"]

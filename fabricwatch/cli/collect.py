@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import socket
 import sys
 import threading
 import time
@@ -17,6 +18,8 @@ from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Snapshot, encode
 
 if TYPE_CHECKING:
+    from fabricwatch.ingest.collect import NicTarget
+    from fabricwatch.ingest.lldp import LldpWatch
     from fabricwatch.streams.kafka_io import Publisher
 
 HELP = "poll this host's RDMA NICs into Kafka (--broker) or a trace file (--out)"
@@ -61,6 +64,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "or by running the ethtool binary (default: ioctl)",
     )
     p.add_argument("--no-ethtool", action="store_true", help="sysfs counters only (no PFC counters)")
+    p.add_argument(
+        "--lldp-interval",
+        type=float,
+        default=None,
+        help="seconds between reads of this host's cabling from LLDP (lldpd's lldpcli), published to "
+        "fabric.topology when it changed; 0 for none (default: 30 when publishing to a broker)",
+    )
+    p.add_argument(
+        "--lldp-socket",
+        default=None,
+        help="lldpd's control socket, for a collector in a container (default: lldpcli's, /run/lldpd.socket)",
+    )
     p.add_argument(
         "--web-bind", default="127.0.0.1", help="address of /metrics and /healthz (default: 127.0.0.1)"
     )
@@ -108,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
                 MetricsServer(metrics.registry, metrics.health, args.web_bind, web_port)
             )
             _warn(f"/metrics and /healthz on http://{args.web_bind}:{server.port}")
+        lldp = _lldp(args, targets, publisher)
         for snap in poll(
             args.sysfs_root,
             targets,
@@ -122,6 +138,9 @@ def run(args: argparse.Namespace) -> int:
         ):
             for put in outputs:
                 put(snap)
+            report = lldp.due(time.monotonic()) if lldp is not None else None
+            if report is not None and publisher is not None:
+                publisher.send(topics.TOPOLOGY, report.source, encode(report), report.ts_ns)
     devices = ", ".join(t.ib_dev for t in targets)
     print(
         f"collected {stats.snapshots} snapshots of {devices} in {stats.polls} polls "
@@ -145,11 +164,25 @@ def _outputs(
         outputs.append(lambda snap: writer.write_message(topics.COUNTERS, snap.device, snap.ts_ns, snap))
     if args.broker is not None or args.broker_config is not None:
         settings = options.broker_settings(args)
-        ensure_topics(settings, [topics.COUNTERS])
+        ensure_topics(settings, [topics.COUNTERS, topics.TOPOLOGY])
         publisher = Publisher(settings)
         stack.callback(_close_publisher, publisher)
         outputs.append(lambda snap: publisher.send(topics.COUNTERS, snap.device, encode(snap), snap.ts_ns))
     return outputs, publisher
+
+
+def _lldp(
+    args: argparse.Namespace, targets: list[NicTarget], publisher: Publisher | None
+) -> LldpWatch | None:
+    """This host's cabling from LLDP, when publishing (a trace has no use for it)."""
+    from fabricwatch.ingest.lldp import LldpWatch, run_lldpcli
+
+    interval = args.lldp_interval if args.lldp_interval is not None else (30.0 if publisher else 0.0)
+    if not interval or publisher is None:
+        return None
+    nics = {t.ib_dev: t.netdev for t in targets if t.netdev}
+    host = args.host or socket.gethostname()
+    return LldpWatch(host, nics, interval, _warn, read=lambda: run_lldpcli(args.lldp_socket))
 
 
 def _outcomes(publisher: Publisher) -> Callable[[], dict[str, int]]:
