@@ -20,11 +20,38 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
+
+import msgspec
 
 from fabricwatch.ingest.host_collector import EthtoolError, collect_nic, ethtool_command
 from fabricwatch.ingest.parsers import EthtoolStats
 from fabricwatch.ingest.sysfs import SysfsPorts
 from fabricwatch.schemas.messages import Snapshot
+
+
+class CollectSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """The ``collect:`` section of a config file; a command-line option wins over its key."""
+
+    interval_s: float = 1.0
+    devices: list[str] = msgspec.field(default_factory=list)
+    """RDMA devices to read (default: every one under sysfs)."""
+    vendors: dict[str, str] = msgspec.field(default_factory=dict)
+    """Device -> counter map, for drivers the collector does not know (``hfi1_0: ib``)."""
+    ethtool: Literal["ioctl", "command", "none"] = "ioctl"
+    sysfs_root: str = "/sys"
+    host: str = ""
+    """Host name in device ids (default: this host's); ``FABRICWATCH_HOST`` overrides it."""
+    lldp_interval_s: float | None = None
+    """Seconds between LLDP reads (default: 30 when publishing; 0: none)."""
+    lldp_socket: str = ""
+    web_bind: str = "127.0.0.1"
+    web_port: int | None = None
+    """Port of /metrics and /healthz (default: 6068 when publishing; 0: none)."""
+
+    def __post_init__(self) -> None:
+        if not 0.1 <= self.interval_s <= 10:
+            raise ValueError(f"interval_s {self.interval_s}: must be between 0.1 and 10 seconds")
 
 
 @dataclass

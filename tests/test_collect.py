@@ -3,6 +3,7 @@ with real mlx5 `ethtool -S` output: what lands in the trace replays through the 
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,29 @@ def test_files_kept_open_read_what_a_fresh_read_does_and_see_each_new_value(sysf
         assert ports.read(port)[0]["port_xmit_data"] == 123456789
         with pytest.raises(ValueError, match="not an InfiniBand port"):
             ports.read(sysfs)
+
+
+def test_the_collect_section_of_a_config_file_under_the_environment_under_options(sysfs, tmp_path, capsys):
+    from fabricwatch.cli.collect import add_parser, settings_of
+
+    config = tmp_path / "node.yaml"
+    config.write_text(
+        "collect:\n  interval_s: 0.2\n  host: from-file\n  vendors: {hfi1_0: ib}\n  ethtool: none\n"
+    )
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(["collect", "--config", str(config), "--vendor", "mlx5_9=mlx5"])
+    cfg = settings_of(args, environ={"FABRICWATCH_HOST": "from-env"})
+    assert (cfg.interval_s, cfg.host, cfg.ethtool) == (0.2, "from-env", "none")
+    assert cfg.vendors == {"hfi1_0": "ib", "mlx5_9": "mlx5"}
+    assert (
+        settings_of(parser.parse_args(["collect", "--config", str(config), "--host", "flag"]), {}).host
+        == "flag"
+    )
+
+    config.write_text("collect:\n  intervall_s: 2\n")
+    out = str(tmp_path / "t.trace")
+    assert main(["collect", "--config", str(config), "--sysfs-root", str(sysfs), "--out", out]) == 2
+    assert (
+        "node.yaml: collect.intervall_s: unknown key (did you mean `interval_s`?)" in capsys.readouterr().err
+    )

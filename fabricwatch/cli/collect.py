@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import socket
 import sys
@@ -13,12 +14,14 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from fabricwatch.cli import options
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Snapshot, encode
 
 if TYPE_CHECKING:
-    from fabricwatch.ingest.collect import NicTarget
+    from fabricwatch.ingest.collect import CollectSettings, NicTarget
     from fabricwatch.ingest.lldp import LldpWatch
     from fabricwatch.streams.kafka_io import Publisher
 
@@ -34,8 +37,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("collect", help=HELP, description=DESCRIPTION)
     p.add_argument("--out", type=Path, default=None, help="trace file to write (.gz to compress)")
     options.add_broker(p, "Kafka bootstrap HOST:PORT to publish to")
+    options.add_config(p, section="collect")
     p.add_argument(
-        "--interval", type=float, default=1.0, help="seconds between polls, 0.1 to 10 (default: 1)"
+        "--interval", type=float, default=None, help="seconds between polls, 0.1 to 10 (default: 1)"
     )
     p.add_argument(
         "--count", type=int, default=None, help="stop after this many polls (default: until stopped)"
@@ -52,18 +56,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "counters only) when its driver is not one the collector knows (repeatable; default: from "
         "the driver)",
     )
+    p.add_argument("--sysfs-root", type=Path, default=None, help="where sysfs is mounted (default: /sys)")
     p.add_argument(
-        "--sysfs-root", type=Path, default=Path("/sys"), help="where sysfs is mounted (default: /sys)"
+        "--host", default=None, help="host name in device ids (or FABRICWATCH_HOST; default: this host's)"
     )
-    p.add_argument("--host", default=None, help="host name in device ids (default: this host's)")
     p.add_argument(
         "--ethtool",
-        choices=("ioctl", "command"),
-        default="ioctl",
+        choices=("ioctl", "command", "none"),
+        default=None,
         help="how to read ethtool -S statistics (the PFC and port counters): the SIOCETHTOOL ioctl, "
-        "or by running the ethtool binary (default: ioctl)",
+        "by running the ethtool binary, or not at all (default: ioctl)",
     )
-    p.add_argument("--no-ethtool", action="store_true", help="sysfs counters only (no PFC counters)")
+    p.add_argument("--no-ethtool", action="store_true", help="the same as --ethtool none")
     p.add_argument(
         "--lldp-interval",
         type=float,
@@ -76,9 +80,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="lldpd's control socket, for a collector in a container (default: lldpcli's, /run/lldpd.socket)",
     )
-    p.add_argument(
-        "--web-bind", default="127.0.0.1", help="address of /metrics and /healthz (default: 127.0.0.1)"
-    )
+    p.add_argument("--web-bind", default=None, help="address of /metrics and /healthz (default: 127.0.0.1)")
     p.add_argument(
         "--web-port",
         type=int,
@@ -88,18 +90,48 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
+def settings_of(args: argparse.Namespace, environ: dict[str, str] | None = None) -> CollectSettings:
+    """The ``collect:`` section of ``--config`` (FABRICWATCH_HOST over its ``host``), with every
+    option given on the command line over both."""
+    from fabricwatch.ingest.collect import CollectSettings
+    from fabricwatch.schemas.config import ConfigError, ConfigFile
+
+    environ = dict(os.environ) if environ is None else environ
+    env = {"host": environ["FABRICWATCH_HOST"]} if environ.get("FABRICWATCH_HOST") else {}
+    base = ConfigFile(args.config).section("collect", CollectSettings, env)
+    flags = {
+        "interval_s": args.interval,
+        "devices": args.device,
+        "vendors": {**base.vendors, **_vendors(args.vendor)} if args.vendor else None,
+        "ethtool": "none" if args.no_ethtool else args.ethtool,
+        "sysfs_root": str(args.sysfs_root) if args.sysfs_root is not None else None,
+        "host": args.host,
+        "lldp_interval_s": args.lldp_interval,
+        "lldp_socket": args.lldp_socket,
+        "web_bind": args.web_bind,
+        "web_port": args.web_port,
+    }
+    try:
+        return msgspec.structs.replace(base, **{k: v for k, v in flags.items() if v is not None})
+    except ValueError as exc:  # an option out of range: name it as the option
+        raise ConfigError(str(exc).replace("interval_s", "--interval")) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from fabricwatch.collector_metrics import CollectMetrics
     from fabricwatch.ingest.collect import CollectStats, discover, poll
     from fabricwatch.ingest.ethtool_ioctl import EthtoolIoctl
-    from fabricwatch.ingest.host_collector import ethtool_command
+    from fabricwatch.ingest.host_collector import SOURCE_ORDER, ethtool_command
     from fabricwatch.streams.metrics_server import MetricsServer
 
-    if not 0.1 <= args.interval <= 10:
-        raise ValueError(f"--interval {args.interval}: must be between 0.1 and 10 seconds")
-    if args.out is None and args.broker is None and args.broker_config is None:
+    cfg = settings_of(args)
+    bad = sorted(v for v in cfg.vendors.values() if v not in SOURCE_ORDER)
+    if bad:
+        raise ValueError(f"collect.vendors: unknown vendor {bad[0]!r}; known: {', '.join(SOURCE_ORDER)}")
+    if args.out is None and not _publishing(args):
         raise ValueError("nowhere to put the snapshots: give --broker HOST:PORT, --out TRACE, or both")
-    targets = discover(args.sysfs_root, args.device, _vendors(args.vendor))
+    sysfs = Path(cfg.sysfs_root)
+    targets = discover(sysfs, cfg.devices or None, cfg.vendors)
     stop, stopped_by = threading.Event(), []
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -109,27 +141,26 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
     stats = CollectStats()
+    host = cfg.host or None
     with ExitStack() as stack:
-        ethtool = None
-        if not args.no_ethtool:
-            ethtool = (
-                ethtool_command if args.ethtool == "command" else stack.enter_context(EthtoolIoctl()).read
-            )
-        outputs, publisher = _outputs(args, stack, [t.ib_dev for t in targets])
-        metrics = CollectMetrics(stats, args.interval, _outcomes(publisher) if publisher else None)
-        web_port = args.web_port if args.web_port is not None else (6068 if publisher else 0)
+        ethtool = {"none": None, "command": ethtool_command}.get(cfg.ethtool)
+        if cfg.ethtool == "ioctl":
+            ethtool = stack.enter_context(EthtoolIoctl()).read
+        outputs, publisher = _outputs(args, cfg, stack, [t.ib_dev for t in targets])
+        metrics = CollectMetrics(stats, cfg.interval_s, _outcomes(publisher) if publisher else None)
+        web_port = cfg.web_port if cfg.web_port is not None else (6068 if publisher else 0)
         if web_port:
             server = stack.enter_context(
-                MetricsServer(metrics.registry, metrics.health, args.web_bind, web_port)
+                MetricsServer(metrics.registry, metrics.health, cfg.web_bind, web_port)
             )
-            _warn(f"/metrics and /healthz on http://{args.web_bind}:{server.port}")
-        lldp = _lldp(args, targets, publisher)
+            _warn(f"/metrics and /healthz on http://{cfg.web_bind}:{server.port}")
+        lldp = _lldp(cfg, targets, publisher)
         for snap in poll(
-            args.sysfs_root,
+            sysfs,
             targets,
-            args.interval,
+            cfg.interval_s,
             args.count,
-            args.host,
+            host,
             ethtool,
             _warn,
             stats,
@@ -149,8 +180,15 @@ def run(args: argparse.Namespace) -> int:
     return 130 if stopped_by[:1] == [signal.SIGINT] else 0
 
 
+def _publishing(args: argparse.Namespace) -> bool:
+    """Whether a broker is named: --broker, FABRICWATCH_BROKER or the config's broker: section."""
+    from fabricwatch.streams.kafka_io import load_broker_settings
+
+    return bool(args.broker) or bool(load_broker_settings(args.broker_config or args.config).bootstrap)
+
+
 def _outputs(
-    args: argparse.Namespace, stack: ExitStack, devices: list[str]
+    args: argparse.Namespace, cfg: CollectSettings, stack: ExitStack, devices: list[str]
 ) -> tuple[list[Callable[[Snapshot], None]], Publisher | None]:
     """Where each snapshot goes: the trace file and/or the broker, closed (flushed) at the end."""
     from fabricwatch.schemas.trace import TraceWriter
@@ -159,10 +197,10 @@ def _outputs(
     outputs: list[Callable[[Snapshot], None]] = []
     publisher = None
     if args.out is not None:
-        meta = {"poll_interval_s": args.interval, "devices": devices}
+        meta = {"poll_interval_s": cfg.interval_s, "devices": devices}
         writer = stack.enter_context(TraceWriter(args.out, "collect", time.time_ns(), meta))
         outputs.append(lambda snap: writer.write_message(topics.COUNTERS, snap.device, snap.ts_ns, snap))
-    if args.broker is not None or args.broker_config is not None:
+    if _publishing(args):
         settings = options.broker_settings(args)
         ensure_topics(settings, [topics.COUNTERS, topics.TOPOLOGY])
         publisher = Publisher(settings)
@@ -171,18 +209,17 @@ def _outputs(
     return outputs, publisher
 
 
-def _lldp(
-    args: argparse.Namespace, targets: list[NicTarget], publisher: Publisher | None
-) -> LldpWatch | None:
+def _lldp(cfg: CollectSettings, targets: list[NicTarget], publisher: Publisher | None) -> LldpWatch | None:
     """This host's cabling from LLDP, when publishing (a trace has no use for it)."""
     from fabricwatch.ingest.lldp import LldpWatch, run_lldpcli
 
-    interval = args.lldp_interval if args.lldp_interval is not None else (30.0 if publisher else 0.0)
+    interval = cfg.lldp_interval_s if cfg.lldp_interval_s is not None else 30.0
     if not interval or publisher is None:
         return None
     nics = {t.ib_dev: t.netdev for t in targets if t.netdev}
-    host = args.host or socket.gethostname()
-    return LldpWatch(host, nics, interval, _warn, read=lambda: run_lldpcli(args.lldp_socket))
+    socket_path = cfg.lldp_socket or None
+    host = cfg.host or socket.gethostname()
+    return LldpWatch(host, nics, interval, _warn, read=lambda: run_lldpcli(socket_path))
 
 
 def _outcomes(publisher: Publisher) -> Callable[[], dict[str, int]]:
