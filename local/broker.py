@@ -19,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from fabricwatch.local.processes import stop_process, wait_listening
+from fabricwatch.local.processes import spawn, stop_process, wait_listening
 
 
 class BrokerError(RuntimeError):
@@ -65,7 +65,7 @@ class EmbeddedBroker:
         self.cluster_id = f"fabricwatch-{uuid.uuid4().hex[:12]}"
         cmd = [str(broker_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url]
         cmd += ["--cluster-id", self.cluster_id]
-        self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self._proc = spawn(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         state = wait_listening(self._proc, self.port, self.start_timeout_s)
         if state == "listening":
             return self
@@ -80,7 +80,7 @@ class EmbeddedBroker:
     def stop(self) -> None:
         if self._proc is None:
             return
-        stop_process(self._proc, timeout_s=5)
+        stop_process(self._proc, timeout_s=2)  # memory only: nothing to write out
         if self._proc.stderr:
             self._proc.stderr.close()
         self._proc = None

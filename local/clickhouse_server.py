@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Self
 
 from fabricwatch.local.broker import free_port
-from fabricwatch.local.processes import stop_process, wait_listening
+from fabricwatch.local.processes import spawn, stop_process, wait_listening
 
 _CONFIG = """<?xml version="1.0"?>
 <yandex>
@@ -105,7 +105,7 @@ class LocalClickHouse:
             )
         )
         (self.root / "users.xml").write_text(_USERS.format(password=self.password))
-        self._proc = subprocess.Popen(
+        self._proc = spawn(
             [str(self.binary), f"--config-file={config}"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

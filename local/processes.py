@@ -1,13 +1,35 @@
-"""Child servers (the embedded broker, a test's ClickHouse, worker processes): waiting for them to
-listen, and stopping them."""
+"""Child servers (the embedded broker, a test's ClickHouse, worker processes): starting them,
+waiting for them to listen, and stopping them.
+
+A child runs in a process group of its own, so Ctrl-C in a terminal (SIGINT to the foreground
+group) reaches only the parent, which stops its children in order: the sink stores and commits
+before the broker goes away. Each child also asks the kernel for SIGTERM when its parent dies, so
+that a parent killed outright leaves no broker or worker behind.
+"""
 
 from __future__ import annotations
 
+import ctypes
 import signal
 import socket
 import subprocess
+import sys
 import time
-from typing import Literal
+from typing import Any, Literal
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+"""Loaded here, not in the child between fork and exec, where loading a library can deadlock."""
+
+
+def spawn(cmd: list[str], **popen: Any) -> subprocess.Popen:
+    """``subprocess.Popen(cmd)`` in a process group of its own, sent SIGTERM when we die."""
+    return subprocess.Popen(cmd, start_new_session=True, preexec_fn=_die_with_parent, **popen)
+
+
+def _die_with_parent() -> None:
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def wait_listening(

@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import IO, Self
 
 from fabricwatch.local.broker import free_port
-from fabricwatch.local.processes import stop_process
+from fabricwatch.local.processes import spawn, stop_process
 
 
 class WorkerProcess:
@@ -50,7 +50,7 @@ class WorkerProcess:
             *(extra_args or []),
         ]
         out = self._log if self._log is not None else subprocess.DEVNULL
-        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        self.proc = spawn(cmd, stdout=out, stderr=subprocess.STDOUT)
 
     def get(self, path: str) -> tuple[int, str]:
         """Status and body of one of the worker's endpoints (0 when it does not answer)."""

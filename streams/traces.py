@@ -8,6 +8,7 @@ kept, which is the order that matters: one device, one partition) with the broke
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,12 @@ class PublishResult:
     stats: PublisherStats
 
 
-def publish_trace(path: Path, settings: BrokerSettings, speed: float = 0.0) -> PublishResult:
+def publish_trace(
+    path: Path, settings: BrokerSettings, speed: float = 0.0, stop: threading.Event | None = None
+) -> PublishResult:
+    """Publish a trace's records, at ``speed`` times their recorded pace (0: as fast as the broker
+    takes them), until the trace ends or ``stop`` is set."""
+    stop = stop or threading.Event()
     ensure_topics(settings)
     publisher = Publisher(settings)
     records = labels = 0
@@ -42,19 +48,15 @@ def publish_trace(path: Path, settings: BrokerSettings, speed: float = 0.0) -> P
                     continue
                 first_ns = rec.ts_ns if first_ns is None else first_ns
                 if speed > 0:
-                    _wait_until(started + (rec.ts_ns - first_ns) / 1e9 / speed)
+                    stop.wait(max(0.0, started + (rec.ts_ns - first_ns) / 1e9 / speed - time.monotonic()))
+                if stop.is_set():
+                    break
                 publisher.send(rec.topic, rec.key, rec.value(), rec.ts_ns)
                 records += 1
             malformed = reader.malformed
     finally:
         publisher.close()
     return PublishResult(records, labels, malformed, time.monotonic() - started, publisher.stats)
-
-
-def _wait_until(deadline: float) -> None:
-    delay = deadline - time.monotonic()
-    if delay > 0:
-        time.sleep(delay)
 
 
 def record_topics(

@@ -68,10 +68,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run a subcommand; a usage, config, input or broker error is one line on stderr and exit 2."""
+    """Run a subcommand; a usage, config, input or broker error is one line on stderr and exit 2,
+    Ctrl-C one line and exit 130 (never a traceback)."""
     args = parser().parse_args(argv)
     try:
         return COMMANDS[args.command].run(args)
+    except KeyboardInterrupt:  # what the command opened was closed on the way out
+        print(f"\nfabricwatch {args.command}: stopped by Ctrl-C", file=sys.stderr)
+        return 130
     except (ConfigError, TraceFormatError, ValueError, OSError) as exc:
         print(f"fabricwatch {args.command}: {exc}", file=sys.stderr)
         return 2

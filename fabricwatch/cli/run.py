@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -73,7 +74,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     given = args.broker or os.environ.get("FABRICWATCH_BROKER")
     settings = options.broker_settings(args) if given else None
-    result = run_pipeline(settings, args.scenario or options.default_scenario(), args, sys.stdout)
+    started = time.monotonic()
+    try:
+        with _interruptible():
+            result = run_pipeline(settings, args.scenario or options.default_scenario(), args, sys.stdout)
+    except KeyboardInterrupt:  # everything started is stopped by now, in order
+        print(
+            f"fabricwatch run: stopped by Ctrl-C after {time.monotonic() - started:.0f} s{_kept(args)}",
+            file=sys.stderr,
+        )
+        return 130
     if args.json:
         return 0
     print("\nIncidents", file=sys.stdout)
@@ -135,6 +145,7 @@ def run_pipeline(
         _say(out, args, f"{len(workers)} worker(s) ready; feeding {scenario.name} at {args.speed:g}x ...")
         watcher = stack.enter_context(_watch(settings))
         feed = _Feed(trace, settings, args.speed)
+        stack.callback(feed.stop)  # on Ctrl-C or an error, first of all: nothing more is sent
         anomalies: list[Anomaly] = []
         seen: set[tuple[str, str, int]] = set()
         quiet_since = None
@@ -169,14 +180,20 @@ class _Feed:
     def __init__(self, trace: Path, settings: BrokerSettings, speed: float) -> None:
         self._result: PublishResult | None = None
         self._error: BaseException | None = None
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(trace, settings, speed), daemon=True)
         self._thread.start()
 
     def _run(self, trace: Path, settings: BrokerSettings, speed: float) -> None:
         try:
-            self._result = publish_trace(trace, settings, speed)
+            self._result = publish_trace(trace, settings, speed, self._stop)
         except BaseException as exc:
             self._error = exc
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop publishing (what was handed to the producer is flushed) and wait for it."""
+        self._stop.set()
+        self._thread.join(timeout_s)
 
     def done(self) -> bool:
         return not self._thread.is_alive()
@@ -231,6 +248,33 @@ def _show(a: Anomaly, out: TextIO, args: argparse.Namespace) -> None:
 def _say(out: TextIO, args: argparse.Namespace, text: str) -> None:
     if not args.json:
         print(text, file=out, flush=True)
+
+
+def _kept(args: argparse.Namespace) -> str:
+    """Where what was stored stays, and how to report on it (never a URL: it may hold a password)."""
+    if args.no_store:
+        return ""
+    if args.clickhouse:
+        return "; what was stored stays in ClickHouse (fabricwatch report with the same --clickhouse)"
+    return f"; what was stored stays in {args.data_dir} (fabricwatch report --data-dir {args.data_dir})"
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """The first Ctrl-C raises KeyboardInterrupt; later ones are ignored while everything started
+    is stopped in order (a second Ctrl-C must not leave a broker or a half-written store)."""
+    interrupted: list[bool] = []
+
+    def on_sigint(signum: int, frame: object) -> None:
+        if not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class _Background:
