@@ -27,10 +27,15 @@ class ReplayAlerts:
     clock they are real seconds while the trace flies past. At the end, what is still waiting for a
     group timer is flushed, and delivery is given until every receiver's ``give_up_after``."""
 
-    def __init__(self, config: AlertsConfig) -> None:
+    PROGRESS_EVERY_S = 10.0
+
+    def __init__(self, config: AlertsConfig, progress: TextIO | None = None) -> None:
+        """``progress`` gets a line every ``PROGRESS_EVERY_S`` while deliveries are waited for
+        (the CLI passes stderr when it is a terminal, nothing when it is piped)."""
         self.config = config
         self.trace_clock = config.replay_clock == "trace"
         self.service = AlertService(config, wall=not self.trace_clock)
+        self.progress = progress
         self._last = 0.0
 
     def feed(self, events: list[Anomaly]) -> None:
@@ -43,7 +48,7 @@ class ReplayAlerts:
         """Flush, wait for delivery, print a summary; False when anything was given up or left."""
         self.service.flush_all(self._last if self.trace_clock else None)
         patience = max(r.give_up_after for r in self.config.receivers.values()) + 1
-        self.service.drain(patience)
+        self._drain(time.monotonic() + patience)
         stats = stats_json(self.service.queues)
         self.service.close()
         delivered = sum(s["delivered"] for s in stats.values())
@@ -56,6 +61,27 @@ class ReplayAlerts:
             file=out,
         )
         return given_up == left == 0
+
+    def _drain(self, deadline: float) -> None:
+        """Wait for delivery until ``deadline``, saying what is waited for and for how long."""
+        while True:
+            left = deadline - time.monotonic()
+            pending = self.service.pending
+            if pending and self.progress is not None:
+                errors = {
+                    q.stats.last_error
+                    for q in self.service.queues.values()
+                    if q.pending and q.stats.last_error
+                }
+                why = f" (last error: {sorted(errors)[0]})" if errors else ""
+                print(
+                    f"alerts: waiting for {pending} notifications to be delivered{why}; "
+                    f"giving up in {max(0.0, left):.0f} s (give_up_after); Ctrl-C stops",
+                    file=self.progress,
+                    flush=True,
+                )
+            if self.service.drain(min(self.PROGRESS_EVERY_S, max(0.0, left))) or left <= 0:
+                return
 
 
 def run_alert(settings: BrokerSettings, config_path: Path, group_id: str, out: TextIO) -> int:

@@ -282,3 +282,23 @@ def test_replay_delivers_a_pfc_storm_from_firing_to_resolved_on_trace_time(tmp_p
     assert storm["labels"]["device"] == "h003/mlx5_0" and storm["labels"]["severity"] == "critical"
     assert storm["endsAt"] == "0001-01-01T00:00:00Z" and last["alerts"][0]["endsAt"] != storm["endsAt"]
     assert storm["startsAt"] < last["alerts"][0]["endsAt"]
+
+
+def test_a_replay_waiting_on_an_unreachable_webhook_says_what_it_waits_for_and_how_long():
+    """Found: `replay --alerts` with a webhook nobody answers hung silently until give_up_after."""
+    import io
+
+    from fabricwatch.alerts.commands import ReplayAlerts
+    from fabricwatch.local.broker import free_port
+
+    alerting = ReplayAlerts(cfg(f"http://127.0.0.1:{free_port()}/hook", give_up_after="2s"), io.StringIO())
+    alerting.PROGRESS_EVERY_S = 0.5
+    alerting.feed([a for _, a in lifecycle(devices=1)[:1]])
+    summary = io.StringIO()
+    assert alerting.finish(summary) is False
+    lines = alerting.progress.getvalue().splitlines()
+    assert len(lines) >= 3  # one at the start, then every half second
+    waiting = "alerts: waiting for 1 notifications to be delivered"
+    assert lines[0] == f"{waiting}; giving up in 3 s (give_up_after); Ctrl-C stops"
+    assert "to be delivered (last error: ConnectionError" in lines[-1]  # and why it is not
+    assert summary.getvalue().strip() == "alerts: 1 notifications, 0 delivered, 1 given up, 0 undelivered"

@@ -127,7 +127,7 @@ def _replay_alerts(args: argparse.Namespace) -> ReplayAlerts | None:
     from fabricwatch.alerts.commands import ReplayAlerts
     from fabricwatch.alerts.config import load_alerts_config
 
-    return ReplayAlerts(load_alerts_config(args.alerts))
+    return ReplayAlerts(load_alerts_config(args.alerts), sys.stderr if sys.stderr.isatty() else None)
 
 
 def _recorder(args: argparse.Namespace, pipeline: Pipeline) -> PipelineRecorder | None:
