@@ -8,6 +8,7 @@ ClickHouse, scikit-learn) inside ``run``, so ``--help`` and the light commands s
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from types import ModuleType
 
@@ -81,11 +82,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except Exception as exc:
         if _is_broker_error(exc):
-            print(
-                f"fabricwatch {args.command}: broker {getattr(args, 'broker', '')}: {exc!r}", file=sys.stderr
-            )
+            print(f"fabricwatch {args.command}: {_broker_error(args, exc)}", file=sys.stderr)
             return 2
         raise
+
+
+def _broker_error(args: argparse.Namespace, exc: Exception) -> str:
+    """What went wrong with the broker, in words: kafka-python's messages repeat their class name
+    (``KafkaTimeoutError: Unable to bootstrap ...``), which says nothing to a user."""
+    where = getattr(args, "broker", None) or os.environ.get("FABRICWATCH_BROKER") or "the config file's"
+    name = type(exc).__name__
+    text = str(exc).removeprefix(f"{name}: ").strip() or name
+    hint = ""
+    if "bootstrap" in text.lower() or "ECONNREFUSED" in text or "refused" in text.lower():
+        hint = " (is it running and reachable? `fabricwatch broker` starts one on this machine)"
+    return f"broker {where}: {text}{hint}"
 
 
 def _is_broker_error(exc: Exception) -> bool:
