@@ -153,10 +153,19 @@ def bucket_ns(store: Store, src: str, lo: int, hi: int, max_points: int) -> int:
 
 
 def incidents(store: Store, lo: int, hi: int) -> list[Incident]:
+    """Every incident overlapping ``[lo, hi]`` in its latest state, one per (fingerprint, start).
+
+    Not from ``anomalies_latest``, which keeps one row per fingerprint: the same fault found again
+    in a later run (a rerun of a scenario, a recurring incast at the same root) has the same
+    fingerprint and a later start, and would hide the earlier one from the listing and the shading.
+    A report reads the events of its range once; that costs nothing worth keeping a table for."""
     rows = store.query(
-        "SELECT fingerprint, kind, severity, status, start_ns, coalesce(end_ns, ts_ns), root_device, "
-        "root_port, root_group, devices, jobs, summary FROM anomalies_latest FINAL "
-        f"WHERE start_ns <= {hi} AND coalesce(end_ns, ts_ns) >= {lo} ORDER BY start_ns"
+        "SELECT fingerprint, argMax(kind, ts_ns), argMax(severity, ts_ns), argMax(status, ts_ns), "
+        "start_ns, argMax(coalesce(end_ns, ts_ns), ts_ns) AS until, argMax(root_device, ts_ns), "
+        "argMax(root_port, ts_ns), argMax(root_group, ts_ns), argMax(devices, ts_ns), "
+        "argMax(jobs, ts_ns), argMax(summary, ts_ns) "
+        f"FROM anomaly_events WHERE start_ns <= {hi} GROUP BY fingerprint, start_ns "
+        f"HAVING until >= {lo} ORDER BY start_ns, fingerprint"
     )
     return [
         Incident(

@@ -86,6 +86,7 @@ def test_ctrl_c_stops_run_in_order_within_seconds(tmp_path):
     assert took < 5, f"{took:.1f} s"
     assert "Traceback" not in text and "Exception ignored" not in text, text
     assert text.count("stopped by Ctrl-C") == 1 and f"fabricwatch report --data-dir {data}" in text
+    assert "times below are the simulated fabric's" in text  # found: a RESOLVED stamped after the run ended
     assert not [p for p in below if alive(p)]  # no broker or worker left behind
     assert os.listdir(tmp) == []  # nothing left in the temp directory
     with Store.open(data) as store:  # what was stored stays stored, and readable

@@ -143,6 +143,12 @@ def run_pipeline(
         if args.alerts is not None:
             stack.enter_context(_Background("alerts", _alerts, settings, args.alerts))
         _say(out, args, f"{len(workers)} worker(s) ready; feeding {scenario.name} at {args.speed:g}x ...")
+        _say(
+            out,
+            args,
+            f"times below are the simulated fabric's: its clock started now and runs {args.speed:g}x "
+            "faster than yours",
+        )
         watcher = stack.enter_context(_watch(settings))
         feed = _Feed(trace, settings, args.speed)
         stack.callback(feed.stop)  # on Ctrl-C or an error, first of all: nothing more is sent
