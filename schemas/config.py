@@ -100,6 +100,12 @@ def convert(data: Any, type_: type[T], file: str | Path | None, key: str, strict
         raise ConfigError(str(exc), file, key) from None
 
 
+def check_keys(data: Any, type_: type, file: str | Path | None, key: str = "") -> None:
+    """Refuse a key ``type_`` does not have, naming ``file``, the key path and the likely one meant;
+    for readers that convert by themselves (a scenario's own msgspec options)."""
+    _check_keys(data, msgspec.inspect.type_info(type_), key, file)
+
+
 def _check_keys(data: Any, info: msgspec.inspect.Type, path: str, file: str | Path | None) -> None:
     """Walk ``data`` beside its type and refuse unknown keys with a suggestion (msgspec names the
     unknown key but cannot say which one was meant)."""
@@ -112,9 +118,10 @@ def _check_keys(data: Any, info: msgspec.inspect.Type, path: str, file: str | Pa
         fields = {f.encode_name: f for f in info.fields}
         for key, value in data.items():
             field = fields.get(key)
+            at = f"{path}.{key}" if path else str(key)
             if field is None:
-                raise ConfigError(_unknown(str(key), list(fields)), file, f"{path}.{key}")
-            _check_keys(value, field.type, f"{path}.{key}", file)
+                raise ConfigError(_unknown(str(key), list(fields)), file, at)
+            _check_keys(value, field.type, at, file)
     elif isinstance(info, msgspec.inspect.ListType | msgspec.inspect.TupleType) and isinstance(data, list):
         item = getattr(info, "item_type", None)
         if item is not None:

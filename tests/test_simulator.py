@@ -409,3 +409,16 @@ def test_a_fault_can_name_a_nic_by_its_id(tmp_path):
     simulate(load_scenario(text, {"duration": 25}), trace)
     (label,) = read_labels(trace)
     assert label.root.device == "h003/mlx5_0"
+
+
+def test_a_scenario_file_error_names_the_file_and_the_key_likely_meant(tmp_path):
+    """Found: a scenario error named the key but not the file, with no "did you mean"."""
+    path = tmp_path / "site.yaml"
+    path.write_text("duration: 10\nfabric:\n  link_gpbs: 400\n")
+    with pytest.raises(
+        ScenarioError, match=r"site\.yaml: fabric\.link_gpbs: unknown key \(did you mean `link_gbps`\?\)"
+    ):
+        load_scenario(path)
+    path.write_text("duration: -1\n")
+    with pytest.raises(ScenarioError, match=r"site\.yaml: "):
+        load_scenario(path)

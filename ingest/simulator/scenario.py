@@ -18,6 +18,8 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
+from fabricwatch.schemas.config import ConfigError, check_keys
+
 DEFAULT_START_NS = 1_767_225_600 * 1_000_000_000  # 2026-01-01T00:00:00Z: fixed, never now()
 
 
@@ -198,10 +200,15 @@ def load_scenario(source: str | Path, overrides: Mapping[str, Any] | None = None
     if isinstance(raw.get("start_time"), date):
         raw["start_time"] = _date_to_text(raw["start_time"])
     try:
+        check_keys(raw, Scenario, origin)
         scenario = msgspec.convert(raw, Scenario, str_keys=True)
+        _check(scenario)
+    except ConfigError as exc:  # an unknown key, with the one likely meant
+        raise ScenarioError(str(exc)) from None
     except msgspec.ValidationError as exc:
-        raise ScenarioError(_explain(str(exc))) from None
-    _check(scenario)
+        raise ScenarioError(f"{origin}: {_explain(str(exc))}") from None
+    except ScenarioError as exc:
+        raise ScenarioError(f"{origin}: {exc}") from None
     return scenario
 
 
