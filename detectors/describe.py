@@ -44,7 +44,8 @@ class Describer:
         incident.root = group.root
         incident.devices |= {s.device for s in members}
         latest = max(members, key=lambda s: s.ts_ns)
-        incident.evidence = dict(latest.evidence)
+        carried = {k: incident.evidence[k] for k in _CARRIED if k in incident.evidence}
+        incident.evidence = dict(latest.evidence) | carried
         if incident.kind == "pfc_storm":
             self._describe_storm(incident, members)
         elif incident.kind == "incast":
@@ -64,10 +65,11 @@ class Describer:
         incident.evidence["paused_devices"] = len({s.device for s in paused})
         incident.evidence.update(self._pause_tree(paused))
         self.jobs.attach(incident, {host}, incident.start_ns)
+        job = f"; job {', '.join(incident.jobs)}" if incident.jobs else ""
         incident.summary = (
             f"PFC storm on priority {root.priority} rooted at {root.device} port {root.port} "
             f"(host {host}): {incident.evidence['paused_ports']} ports paused on "
-            f"{incident.evidence['paused_devices']} devices"
+            f"{incident.evidence['paused_devices']} devices{job}"
         )
 
     def _pause_tree(self, paused: list[Symptom]) -> dict[str, int | str]:
@@ -105,10 +107,16 @@ class Describer:
             throttled = {self.fabric.host_of(k[1]) for k in active if k[0] == "cnp_received"}
             incident.evidence["senders_receiving_cnp"] = len(throttled & set(senders))
         job = f"; job {', '.join(incident.jobs)} {', '.join(incident.collectives)}" if incident.jobs else ""
+        # The peak over the incident's life, not the latest poll's: one figure, growing only, so
+        # the firing line, the updates, the stored event and the report never disagree about it.
+        peak = max(
+            float(incident.evidence.get("peak_queue_bytes", 0)),
+            float(latest.evidence.get("queue_watermark_bytes", 0)),
+        )
+        incident.evidence["peak_queue_bytes"] = peak
         incident.summary = (
             f"Incast into {root.device} {root.port} queue {root.priority}"
-            f"{f' (host {receiver})' if receiver else ''}: peak queue "
-            f"{float(latest.evidence.get('queue_watermark_bytes', 0)) / 1e3:.0f} KB, "
+            f"{f' (host {receiver})' if receiver else ''}: peak queue {peak / 1e3:.0f} KB, "
             f"{latest.evidence.get('fan_in_ports', '?')} ingress ports{job}"
         )
 
@@ -139,6 +147,10 @@ class Describer:
             incident.evidence["retransmitting_peers"] = capped(echoes)
             incident.hosts |= set(echoes)
         incident.summary = f"Unusual counters on {root.device} {root.port}: {features}".rstrip(": ")
+
+
+_CARRIED = ("peak_queue_bytes",)
+"""Evidence that is the incident's over its life, not its latest symptom's: kept from update to update."""
 
 
 def capped(names: list[str], shown: int = 8) -> str:

@@ -23,9 +23,10 @@ def root_text(a: Anomaly) -> str:
 
 
 def print_event(a: Anomaly, out: TextIO) -> None:
+    """One event: its time, state and root, then its summary (on RESOLVED too: the incident's final
+    figures, the same ones the store and the report keep)."""
     print(f"{clock(a.ts_ns)}  {a.status.upper():8} {a.severity:8} {a.kind:13} {root_text(a)}", file=out)
-    if a.status != "resolved":
-        print(f"{'':14}{a.summary}", file=out)
+    print(f"{'':14}{a.summary}", file=out)
 
 
 def print_incidents(anomalies: list[Anomaly], out: TextIO) -> None:
