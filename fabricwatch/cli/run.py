@@ -155,6 +155,7 @@ def run_pipeline(
         anomalies: list[Anomaly] = []
         seen: set[tuple[str, str, int]] = set()
         quiet_since = None
+        processed = -1
         while True:
             for a in watcher.poll():
                 if (a.fingerprint, a.status, a.ts_ns) in seen:
@@ -164,6 +165,11 @@ def run_pipeline(
                 _show(a, out, args)
                 quiet_since = None
             if feed.done():
+                # Done when the workers have nothing waiting and have been idle for 3 s: a lag of 0
+                # alone was seen while a loaded worker had not fetched its partitions' ends yet.
+                now_processed = sum(w.metric("processed_total", 'what="snapshots"') for w in workers)
+                if now_processed != processed:
+                    processed, quiet_since = now_processed, None
                 quiet_since = quiet_since or time.monotonic()
                 caught_up = all(w.metric("consumer_lag") == 0 for w in workers)
                 if caught_up and time.monotonic() - quiet_since > 3.0:
