@@ -33,13 +33,19 @@ class ReplayResult:
         return evaluate(self.anomalies, self.pipeline.labels, poll_s, self.duration_s)
 
 
+PROGRESS_EVERY = 5_000
+"""Records between two progress calls: a few per second on a large trace, nothing on a small one."""
+
+
 def replay_trace(
     path: Path,
     pipeline: Pipeline,
     on_anomalies: Callable[[list[Anomaly]], None] | None = None,
     on_malformed: Callable[[int, str], None] | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> ReplayResult:
-    """Feed every record of the trace, in file order, then let stage 2 evaluate the last poll."""
+    """Feed every record of the trace, in file order, then let stage 2 evaluate the last poll.
+    ``on_progress`` gets (records so far, the trace time reached) every ``PROGRESS_EVERY`` records."""
     result = ReplayResult(pipeline)
 
     def emit(events: list[Anomaly]) -> None:
@@ -54,6 +60,8 @@ def replay_trace(
                 result.first_ns = rec.ts_ns
             result.last_ns = rec.ts_ns
             emit(pipeline.feed(rec.topic, rec.ts_ns, rec.value(), where=f"{path}:{reader.line}"))
+            if on_progress is not None and reader.line % PROGRESS_EVERY == 0:
+                on_progress(reader.line, rec.ts_ns)
         emit(pipeline.finish())
         result.meta = dict(reader.header.meta)
         result.malformed_lines = reader.malformed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -83,7 +84,9 @@ def replay(path: Path, args: argparse.Namespace) -> int:
     recorder = _recorder(args, pipeline)
     on_events = _all(show, alerting and alerting.feed, recorder and recorder.on_anomalies)
     try:
-        result = replay_trace(path, pipeline, on_events, malformed)
+        result = replay_trace(
+            path, pipeline, on_events, malformed, _progress() if sys.stderr.isatty() else None
+        )
         if recorder is not None:
             recorder.finish()
             _print_stored(recorder, side)
@@ -108,6 +111,23 @@ def replay(path: Path, args: argparse.Namespace) -> int:
         file=out,
     )
     return 0 if alerts_ok else 1
+
+
+def _progress(every_s: float = 5.0) -> Callable[[int, int], None]:
+    """A line on the terminal every ``every_s`` while a large trace replays (nothing when piped)."""
+    started = last = time.monotonic()
+
+    def say(records: int, ts_ns: int) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= every_s:
+            last = now
+            reached = console.clock(ts_ns)
+            print(
+                f"replay: {records:,} records, trace time {reached}, {now - started:.0f} s", file=sys.stderr
+            )
+
+    return say
 
 
 def _outliers(path: Path, args: argparse.Namespace, config: DetectorConfig) -> OutlierDetector | None:
