@@ -18,8 +18,7 @@ class FabricMap:
         self._host_of: dict[str, str] = {}
         self._leaf_port_host: dict[tuple[str, str], str] = {}
         self._nic_at: dict[tuple[str, str], str] = {}
-        self._speed_cache: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
-        self._known_speed_cache: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
+        self._speed_cache: dict[tuple[str, tuple[str, ...]], tuple[np.ndarray, np.ndarray]] = {}
         self._edge_cache: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
         self._known: set[str] = set()
         self._nics: set[str] = set()
@@ -54,26 +53,19 @@ class FabricMap:
 
     def port_speeds_bps(self, device: str, ports: list[str]) -> np.ndarray:
         """Line rate of each port in bytes per second (the unit of the byte counters)."""
-        return self._speeds(self._speed_cache, device, ports, self.default_bps)
+        return self.speeds(device, ports)[0]
 
-    def known_speeds_Bps(self, device: str, ports: list[str]) -> np.ndarray:
-        """Line rate of each port in bytes per second where the topology gives it, else NaN: for
-        judging what a counter could have done, an assumed speed is no evidence."""
-        return self._speeds(self._known_speed_cache, device, ports, np.nan)
-
-    def _speeds(
-        self,
-        cache: dict[tuple[str, tuple[str, ...]], np.ndarray],
-        device: str,
-        ports: list[str],
-        default: float,
-    ) -> np.ndarray:
+    def speeds(self, device: str, ports: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Each port's line rate in bytes per second, twice: with the default speed where the
+        topology does not give one (for utilisation), and with NaN there (for judging what a
+        counter could have done: an assumed speed is no evidence). One lookup for both, since
+        stage 1 needs both for every snapshot."""
         key = (device, tuple(ports))
-        speeds = cache.get(key)
-        if speeds is None:
-            bits = [self._speed.get((device, p), default) for p in ports]
-            speeds = cache[key] = np.array(bits, dtype=np.float64) / 8.0
-        return speeds
+        found = self._speed_cache.get(key)
+        if found is None:
+            known = np.array([self._speed.get((device, p), np.nan) for p in ports], dtype=np.float64) / 8.0
+            found = self._speed_cache[key] = (np.where(np.isnan(known), self.default_bps / 8.0, known), known)
+        return found
 
     def host_facing(self, device: str, ports: list[str]) -> np.ndarray:
         """Which ports have a NIC behind them; all of them when the topology does not know this

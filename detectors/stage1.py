@@ -30,10 +30,10 @@ class Stage1:
         self.fabric = FabricMap(topology, self.config.default_link_gbps)
 
     def process(self, snap: Snapshot) -> tuple[RateFrame | None, list[Symptom]]:
-        frame = self.rates.update(snap, self.fabric.known_speeds_Bps(snap.device, snap.ports))
+        line, known = self.fabric.speeds(snap.device, snap.ports)
+        frame = self.rates.update(snap, known)
         if frame is None:
             return None, []
-        line = self.fabric.port_speeds_bps(frame.device, frame.ports)
         symptoms = self._pfc.update(frame, line)
         if frame.device_kind == "switch":
             symptoms += self._incast.update(frame, line, self.fabric.host_facing(frame.device, frame.ports))

@@ -201,6 +201,8 @@ class Publisher:
         future.add_errback(self._failed, (topic, key, value, ts_ns, resends))
 
     def _send_refused(self) -> None:
+        if not self._refused:  # the common case, without taking the lock on every send
+            return
         with self._lock:
             refused, self._refused = self._refused, []
         for topic, key, value, ts_ns, resends in refused:
