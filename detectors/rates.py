@@ -13,8 +13,12 @@ or not at all. The rules, applied to the whole ports x counters matrix at once:
 * a reset is a property of a port, not of one counter: when any counter of a port was reset, every
   counter of that port that went down is taken as counting from zero (delta = current value);
   this is what catches a 32-bit counter whose reset would otherwise pass for a wrap;
-* a rate above the physical maximum is unknown (NaN), never a number; so is a rate whose previous
-  value is missing. Negative rates cannot occur;
+* a rate above the physical maximum is unknown (NaN), never a number. Negative rates cannot occur;
+* a counter missing from a snapshot has no rate in it (NaN: unknown, never zero), and its last value
+  is held: when it comes back, its rate is taken over the whole time since that value was read
+  (a switch that refreshes its queue counters every 10 s, read every second, gives one true rate
+  per refresh instead of nine zeros and one spike). A value held longer than ``HOLD_MAX_S`` is let
+  go: the counter starts afresh when it returns;
 * a snapshot with the same timestamp as the previous one is a duplicate and one older than it is
   late: both are dropped and counted, and the state does not move backwards.
 
@@ -37,6 +41,10 @@ WRAP_LINE_SLACK = 1.5
 """How far past the line rate a wrap may imply before it is taken for a reset: timestamps are taken
 at read time, so a delta can look somewhat faster than the line; three times faster cannot."""
 _PER_LINE_BYTE = {"bytes": 1.0, "packets": 1.0 / MIN_WIRE_BYTES, "frames": 1.0 / MIN_WIRE_BYTES}
+HOLD_MAX_S = 60.0
+"""Longest a missing counter's last value is held for a rate over the gap: SONiC's slowest default
+refresh (watermarks, every 60 s). Past it, a rate would average over too long to say anything now."""
+_HOLD_MAX_NS = int(HOLD_MAX_S * 1e9)
 
 
 @dataclass(frozen=True)
@@ -144,6 +152,11 @@ class _DeviceState:
     ports: list[str]
     raw: np.ndarray
     valid: np.ndarray | None
+    read_ns: np.ndarray | None = None
+    """When each value was read, where some are held from an earlier snapshot (None: all at ts_ns)."""
+
+    def held_since(self) -> np.ndarray:
+        return self.read_ns if self.read_ns is not None else np.full(self.raw.shape, self.ts_ns, np.int64)
 
 
 @dataclass
@@ -170,14 +183,19 @@ class RateEngine:
             else:
                 self.stats.late += 1
             return None
-        self._devices[snap.device] = _DeviceState(snap.ts_ns, layout, snap.ports, raw, valid)
         if prev is None:
+            self._devices[snap.device] = _DeviceState(snap.ts_ns, layout, snap.ports, raw, valid)
             return None
         if prev.layout is not layout or prev.ports != snap.ports:
             self.stats.layout_changes += 1
             prev = _realign(prev, layout, snap.ports)
+        self._devices[snap.device] = _held(prev, _DeviceState(snap.ts_ns, layout, snap.ports, raw, valid))
         dt = (snap.ts_ns - prev.ts_ns) / 1e9
-        values = self._rates(layout, prev, raw, valid, dt, line_Bps)
+        if prev.read_ns is None:
+            values = self._rates(layout, prev, raw, valid, dt, line_Bps)
+        else:
+            values = self._rates(layout, prev, raw, valid, (snap.ts_ns - prev.read_ns) / 1e9, line_Bps)
+            values[prev.read_ns < snap.ts_ns - _HOLD_MAX_NS] = np.nan
         self.stats.frames += 1
         return RateFrame(snap.device, snap.device_kind, snap.ts_ns, dt, snap.ports, layout, values)
 
@@ -198,11 +216,12 @@ class RateEngine:
         prev: _DeviceState,
         cur: np.ndarray,
         valid: np.ndarray | None,
-        dt: float,
+        dt: float | np.ndarray,
         line_Bps: np.ndarray | None,
     ) -> np.ndarray:
         """Written for few numpy calls: a NIC snapshot is a 1 x 30 matrix, where per-call overhead
-        is the whole cost; the rare cases (resets, impossible rates, missing values) branch off."""
+        is the whole cost; the rare cases (resets, impossible rates, missing values) branch off.
+        ``dt`` is per value (a matrix) where some previous values were held over a gap."""
         delta = ((cur - prev.raw) & layout.mask).astype(np.float64)
         delta *= layout.scale
         went_down = cur < prev.raw
@@ -228,6 +247,24 @@ class RateEngine:
         port_reset = reset.any(axis=1, keepdims=True)
         self.stats.port_resets += int(port_reset.sum())
         return np.where(went_down & port_reset, cur * layout.scale, delta)
+
+
+def _held(prev: _DeviceState, cur: _DeviceState) -> _DeviceState:
+    """``cur``, with the counters it lacks kept at their last value (and when it was read) for a rate
+    over the gap when they return, unless that value is older than HOLD_MAX_S."""
+    if cur.valid is None:
+        return cur
+    hold = ~cur.valid & cur.layout.is_counter
+    if prev.valid is not None:
+        hold &= prev.valid
+    if not hold.any():
+        return cur
+    since = prev.held_since()
+    hold &= since >= cur.ts_ns - _HOLD_MAX_NS
+    valid = cur.valid | hold
+    read_ns = np.where(hold, since, cur.ts_ns)
+    raw = np.where(hold, prev.raw, cur.raw)
+    return _DeviceState(cur.ts_ns, cur.layout, cur.ports, raw, None if valid.all() else valid, read_ns)
 
 
 def _wrap_bound(layout: Layout, line_Bps: np.ndarray | None) -> np.ndarray:
@@ -274,4 +311,8 @@ def _realign(prev: _DeviceState, layout: Layout, ports: list[str]) -> _DeviceSta
         new_c, old_c = (np.array(x, dtype=np.intp) for x in zip(*cols, strict=True))
         raw[np.ix_(new_r, new_c)] = prev.raw[np.ix_(old_r, old_c)]
         valid[np.ix_(new_r, new_c)] = True if prev.valid is None else prev.valid[np.ix_(old_r, old_c)]
+        if prev.read_ns is not None:
+            read_ns = np.full(raw.shape, prev.ts_ns, np.int64)
+            read_ns[np.ix_(new_r, new_c)] = prev.read_ns[np.ix_(old_r, old_c)]
+            return _DeviceState(prev.ts_ns, layout, ports, raw, valid, read_ns)
     return _DeviceState(prev.ts_ns, layout, ports, raw, valid)

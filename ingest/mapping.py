@@ -78,6 +78,19 @@ def known_sources() -> tuple[str, ...]:
     return tuple(_tables())
 
 
+def vendor_names(source: str) -> list[str]:
+    """The vendor names a source's rows list, ``{n}`` left in: what a collector that asks for named
+    fields (SONiC's HMGET) asks for."""
+    table = _table(source)
+    return sorted([*table.exact, *(p.vendor_name for p in table.patterns)])
+
+
+def resolve(source: str, raw_name: str) -> CounterSpec | None:
+    """The column one raw name of ``source`` feeds, or None if the table has no row for it."""
+    column = _table(source).resolve(raw_name)
+    return None if column is None else column.spec
+
+
 def map_counters(source: str, raw: Mapping[str, int]) -> tuple[list[CounterSpec], list[int]]:
     """Canonical columns and values of one port's raw counters, sorted by name then index.
 

@@ -36,6 +36,7 @@ SOURCES = {
     "ib_counters",
     "sonic_port",
     "sonic_queue",
+    "sonic_pg",
 }
 
 

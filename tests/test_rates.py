@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabricwatch.detectors.rates import RateEngine
+from fabricwatch.detectors.rates import HOLD_MAX_S, RateEngine
 from fabricwatch.schemas.messages import CounterSpec, Snapshot
 from fabricwatch.schemas.vocabulary import max_rate
 
@@ -182,8 +182,51 @@ def test_gauges_and_watermarks_pass_through_and_missing_values_are_unknown():
     )
     assert math.isnan(frames[0].values[0, 0])
     assert frames[0].values[0, 1:].tolist() == [300_000.0, 450_000.0]
-    assert math.isnan(frames[1].values[0, 0])  # previous value missing: rate unknown, not 5000
+    assert frames[1].values[0, 0] == 2500.0  # over the 2 s since the last value read, not 5000 in 1 s
     assert frames[2].values[0, 0] == 1000.0
+
+
+def test_a_counter_missing_for_polls_is_unknown_then_its_rate_spans_the_gap():
+    """A switch refreshing queue counters every 3 s, read every second, with the repeated reads
+    marked missing: one true rate per refresh, never a zero between them."""
+    e = RateEngine()
+    cols = [BYTES64, WM]
+    rows = [[0, 5], [None, None], [None, None], [3000, 7], [None, 8], [None, None], [6000, 9]]
+    frames = run(e, [snap(T0 + i * 10**9, cols, [r]) for i, r in enumerate(rows)])
+    rates = [f.values[0, 0] for f in frames]
+    assert [r for r in rates if not math.isnan(r)] == [1000.0, 1000.0]
+    assert sum(math.isnan(r) for r in rates) == 4
+    assert [f.values[0, 1] for f in frames][3] == 8.0  # a watermark is never held: it is one read's peak
+    assert math.isnan(frames[0].values[0, 1])
+
+
+def test_a_value_held_past_the_hold_limit_is_let_go():
+    e = RateEngine()
+    late = T0 + int((HOLD_MAX_S + 5) * 1e9)
+    frames = run(
+        e,
+        [
+            snap(T0, [BYTES64], [[0]]),
+            snap(T0 + 10**9, [BYTES64], [[None]]),
+            snap(late, [BYTES64], [[9_000]]),
+            snap(late + 10**9, [BYTES64], [[10_000]]),
+        ],
+    )
+    assert math.isnan(frames[1].values[0, 0])
+    assert frames[2].values[0, 0] == 1000.0
+
+
+def test_held_values_survive_a_port_joining():
+    e = RateEngine()
+    frames = run(
+        e,
+        [
+            snap(T0, [BYTES64], [[0]], ports=["a"]),
+            snap(T0 + 10**9, [BYTES64], [[None]], ports=["a"]),
+            snap(T0 + 2 * 10**9, [BYTES64], [[2000], [50]], ports=["a", "b"]),
+        ],
+    )
+    assert frames[1].values[0, 0] == 1000.0 and math.isnan(frames[1].values[1, 0])
 
 
 def test_a_counter_that_appears_mid_run_starts_unknown_and_others_carry_on():

@@ -1,0 +1,167 @@
+"""A SONiC switch's Redis for tests: a real ``redis-server`` (Debian's) on a free loopback port,
+and a writer that fills and advances COUNTERS_DB and CONFIG_DB the way syncd's flex counters and
+the PFC watchdog do. The hash and field names follow sonic-utilities' mock tables
+(``tests/fixtures/sonic_counters_db_upstream_mock.json``)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import redis
+
+from fabricwatch.local.broker import free_port
+from fabricwatch.local.processes import spawn
+from tests.waiting import wait_for
+
+COUNTERS_DB, CONFIG_DB, APPL_DB = 2, 4, 0
+
+PORT_FIELDS = (
+    "SAI_PORT_STAT_IF_IN_OCTETS",
+    "SAI_PORT_STAT_IF_OUT_OCTETS",
+    "SAI_PORT_STAT_IF_IN_UCAST_PKTS",
+    "SAI_PORT_STAT_IF_OUT_UCAST_PKTS",
+    "SAI_PORT_STAT_IF_IN_DISCARDS",
+    "SAI_PORT_STAT_IF_OUT_DISCARDS",
+    "SAI_PORT_STAT_IF_IN_ERRORS",
+    "SAI_PORT_STAT_IF_OUT_ERRORS",
+    "SAI_PORT_STAT_IF_IN_FEC_CORRECTABLE_FRAMES",
+    "SAI_PORT_STAT_IF_IN_FEC_NOT_CORRECTABLE_FRAMES",
+    "SAI_PORT_STAT_ETHER_STATS_CRC_ALIGN_ERRORS",
+    *(f"SAI_PORT_STAT_PFC_{n}_{d}_PKTS" for n in range(8) for d in ("RX", "TX")),
+    "SAI_PORT_STAT_IF_IN_NON_UCAST_PKTS",  # present on real switches, mapped to nothing
+)
+QUEUE_FIELDS = (
+    "SAI_QUEUE_STAT_PACKETS",
+    "SAI_QUEUE_STAT_BYTES",
+    "SAI_QUEUE_STAT_DROPPED_PACKETS",
+    "SAI_QUEUE_STAT_DROPPED_BYTES",
+    "SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS",
+    "SAI_QUEUE_STAT_SHARED_WATERMARK_BYTES",
+    "PFC_WD_QUEUE_STATS_DEADLOCK_DETECTED",
+    "PFC_WD_QUEUE_STATS_DEADLOCK_RESTORED",
+    "PFC_WD_QUEUE_STATS_TX_DROPPED_PACKETS",
+    "PFC_WD_QUEUE_STATS_RX_DROPPED_PACKETS",
+)
+PG_FIELDS = (
+    "SAI_INGRESS_PRIORITY_GROUP_STAT_DROPPED_PACKETS",
+    "SAI_INGRESS_PRIORITY_GROUP_STAT_SHARED_WATERMARK_BYTES",
+    "SAI_INGRESS_PRIORITY_GROUP_STAT_XOFF_ROOM_WATERMARK_BYTES",
+)
+
+
+@contextmanager
+def redis_server() -> Iterator[str]:
+    """A real redis-server on 127.0.0.1, no persistence; yields its URL (no database chosen)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not installed (.ci/run installs Debian's redis-server)")
+    port = free_port()
+    workdir = tempfile.mkdtemp(prefix="fw-redis-")
+    args = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"]
+    proc = spawn([*args, "--dir", workdir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}"
+    try:
+        probe = redis.Redis.from_url(url, socket_timeout=1)
+        assert wait_for(lambda: _answers(probe), timeout_s=20), "redis-server did not start"
+        probe.close()
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _answers(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+@dataclass
+class SwitchDb:
+    """COUNTERS_DB and CONFIG_DB of one switch with ``ports`` ports (Ethernet0, Ethernet4, ...),
+    each with ``queues`` queues and ``pgs`` priority groups, every counter starting at 0."""
+
+    url: str
+    ports: int = 4
+    queues: int = 8
+    pgs: int = 8
+    boot: int = 0
+    """Bumped by ``reboot``: the object ids change with it."""
+    values: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Object name (``Ethernet0``, ``Ethernet0:3`` queue, ``pg:Ethernet0:3``) -> field -> value."""
+
+    def __post_init__(self) -> None:
+        self.counters = redis.Redis.from_url(self.url, db=COUNTERS_DB)
+        self.config = redis.Redis.from_url(self.url, db=CONFIG_DB)
+        self.load()
+
+    @property
+    def port_names(self) -> list[str]:
+        return [f"Ethernet{4 * i}" for i in range(self.ports)]
+
+    def oid(self, kind: int, i: int) -> str:
+        return f"oid:0x{kind:x}{self.boot:04x}{i:08x}"
+
+    def load(self) -> None:
+        """Name maps and zeroed hashes, as syncd writes them at boot."""
+        self.counters.flushdb()
+        self.values = {}
+        port_map, queue_map, pg_map = {}, {}, {}
+        pipe = self.counters.pipeline(transaction=False)
+        for i, port in enumerate(self.port_names):
+            port_map[port] = self.oid(0x100, i)
+            self._put(pipe, port, port_map[port], PORT_FIELDS)
+            for q in range(self.queues):
+                name = f"{port}:{q}"
+                queue_map[name] = self.oid(0x150, i * 64 + q)
+                self._put(pipe, name, queue_map[name], QUEUE_FIELDS)
+            for g in range(self.pgs):
+                name = f"{port}:{g}"
+                pg_map[name] = self.oid(0x1A0, i * 64 + g)
+                self._put(pipe, f"pg:{name}", pg_map[name], PG_FIELDS)
+        pipe.hset("COUNTERS_PORT_NAME_MAP", mapping=port_map)
+        pipe.hset("COUNTERS_QUEUE_NAME_MAP", mapping=queue_map)
+        pipe.hset("COUNTERS_PG_NAME_MAP", mapping=pg_map)
+        pipe.execute()
+        self._oids = {**port_map, **queue_map, **{f"pg:{k}": v for k, v in pg_map.items()}}
+
+    def _put(self, pipe: redis.client.Pipeline, name: str, oid: str, fields: tuple[str, ...]) -> None:
+        self.values[name] = dict.fromkeys(fields, 0)
+        pipe.hset(f"COUNTERS:{oid}", mapping=self.values[name])
+
+    def schedule(self, intervals_ms: Mapping[str, int], pfcwd_ms: int | None = None) -> None:
+        """CONFIG_DB's FLEX_COUNTER_TABLE (and PFC_WD|GLOBAL), as ``counterpoll`` writes them."""
+        pipe = self.config.pipeline(transaction=False)
+        for group, ms in intervals_ms.items():
+            entry = {"POLL_INTERVAL": ms, "FLEX_COUNTER_STATUS": "enable"}
+            pipe.hset(f"FLEX_COUNTER_TABLE|{group}", mapping=entry)
+        if pfcwd_ms is not None:
+            pipe.hset("PFC_WD|GLOBAL", mapping={"POLL_INTERVAL": pfcwd_ms})
+        pipe.execute()
+
+    def advance(self, changes: Mapping[str, Mapping[str, int]], set_values: bool = False) -> None:
+        """Add to counters (or set gauges and watermarks with ``set_values``) of named objects,
+        in one pipeline, as one flex counter refresh would."""
+        pipe = self.counters.pipeline(transaction=False)
+        for name, fields in changes.items():
+            current = self.values[name]
+            for fld, amount in fields.items():
+                current[fld] = amount if set_values else current[fld] + amount
+            pipe.hset(f"COUNTERS:{self._oids[name]}", mapping={f: current[f] for f in fields})
+        pipe.execute()
+
+    def reboot(self) -> None:
+        """What a cold reboot does to COUNTERS_DB: everything flushed, new object ids, counters at 0."""
+        self.boot += 1
+        self.load()
+
+    def close(self) -> None:
+        self.counters.close()
+        self.config.close()
