@@ -70,8 +70,8 @@ def main() -> None:
     ap.add_argument("--polls", type=int, default=50)
     ap.add_argument("--ports", type=int, default=64)
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT))
-    from tests.sonic_switch import SwitchDb, redis_server
+    sys.path.insert(0, str(ROOT / "tests"))
+    from sonic_switch import SwitchDb, redis_server
 
     with redis_server() as url:
         db = SwitchDb(url, ports=args.ports)

@@ -9,10 +9,11 @@ three intervals, and its orchestrator restarts it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from fabricwatch.ingest.collect import CollectStats
+from fabricwatch.ingest.sonic import SwitchStats
 
 POLL_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
@@ -25,6 +26,7 @@ class CollectMetrics:
         stats: CollectStats,
         interval_s: float,
         published: Callable[[], dict[str, int]] | None = None,
+        switches: Mapping[str, SwitchStats] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         from prometheus_client import CollectorRegistry, Histogram
@@ -37,6 +39,15 @@ class CollectMetrics:
             registry=self.registry,
         )
         self.registry.register(_StatsCollector(stats, published))
+        if switches is not None:
+            self._read_seconds = Histogram(
+                "fabricwatch_collect_switch_poll_duration_seconds",
+                "Time one switch took to answer one poll, by switch",
+                ["switch"],
+                buckets=POLL_BUCKETS_S,
+                registry=self.registry,
+            )
+            self.registry.register(_SwitchCollector(switches))
         self._interval_s = interval_s
         self._clock = clock
         self._started = clock()
@@ -45,6 +56,9 @@ class CollectMetrics:
     def observe_poll(self, seconds: float) -> None:
         self._poll_seconds.observe(seconds)
         self._last_poll = self._clock()
+
+    def observe_read(self, switch: str, seconds: float) -> None:
+        self._read_seconds.labels(switch).observe(seconds)
 
     def health(self) -> tuple[bool, str]:
         since = self._clock() - (self._last_poll or self._started)
@@ -85,3 +99,26 @@ class _StatsCollector:
             for outcome, n in self._published().items():
                 messages.add_metric([outcome], n)
             yield messages
+
+
+class _SwitchCollector:
+    """Per-switch counts of what a SONiC collector met, read from each switch's stats at scrape time."""
+
+    _COUNTS = (
+        ("failures", "Switch polls that gave no snapshot (unreachable, no name maps, garbage)"),
+        ("map_reads", "Reads of a switch's name maps: the first, then one per reboot or breakout"),
+        ("stale_groups", "Counter groups sent as unknown because the switch had not refreshed them yet"),
+        ("bad_values", "Hash values that were not counters, left out"),
+    )
+
+    def __init__(self, switches: Mapping[str, SwitchStats]) -> None:
+        self._switches = switches
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        for name, text in self._COUNTS:
+            family = CounterMetricFamily(f"fabricwatch_collect_switch_{name}", text, labels=["switch"])
+            for switch, stats in sorted(self._switches.items()):
+                family.add_metric([switch], getattr(stats, name))
+            yield family

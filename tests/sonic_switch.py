@@ -13,10 +13,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import redis
+from waiting import wait_for
 
 from fabricwatch.local.broker import free_port
 from fabricwatch.local.processes import spawn
-from tests.waiting import wait_for
 
 COUNTERS_DB, CONFIG_DB, APPL_DB = 2, 4, 0
 

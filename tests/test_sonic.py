@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import redis
+from sonic_switch import COUNTERS_DB, SwitchDb, redis_server
 
 from fabricwatch.detectors.rates import RateEngine
 from fabricwatch.ingest.sonic import SonicSwitch, SwitchError
-from tests.sonic_switch import COUNTERS_DB, SwitchDb, redis_server
 
 pytestmark = [
     pytest.mark.integration,

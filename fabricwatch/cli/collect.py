@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from fabricwatch.cli import options
+from fabricwatch.cli import collect_sonic, options
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Snapshot, encode
 
@@ -35,6 +35,10 @@ Ctrl-C stops it after sending what was read."""
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("collect", help=HELP, description=DESCRIPTION)
+    sources = p.add_subparsers(
+        dest="source", metavar="SOURCE", title="other sources (default: this host's NICs)"
+    )
+    collect_sonic.add_parser(sources)
     p.add_argument("--out", type=Path, default=None, help="trace file to write (.gz to compress)")
     options.add_broker(p, "Kafka bootstrap HOST:PORT to publish to")
     options.add_config(p, section="collect")
@@ -118,6 +122,12 @@ def settings_of(args: argparse.Namespace, environ: dict[str, str] | None = None)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.source == "sonic":
+        return collect_sonic.run(args)
+    return _run_host(args)
+
+
+def _run_host(args: argparse.Namespace) -> int:
     from fabricwatch.collector_metrics import CollectMetrics
     from fabricwatch.ingest.collect import CollectStats, discover, poll
     from fabricwatch.ingest.ethtool_ioctl import EthtoolIoctl
@@ -128,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     bad = sorted(v for v in cfg.vendors.values() if v not in SOURCE_ORDER)
     if bad:
         raise ValueError(f"collect.vendors: unknown vendor {bad[0]!r}; known: {', '.join(SOURCE_ORDER)}")
-    if args.out is None and not _publishing(args):
+    if args.out is None and not publishing(args):
         raise ValueError("nowhere to put the snapshots: give --broker HOST:PORT, --out TRACE, or both")
     sysfs = Path(cfg.sysfs_root)
     targets = discover(sysfs, cfg.devices or None, cfg.vendors)
@@ -146,8 +156,8 @@ def run(args: argparse.Namespace) -> int:
         ethtool = {"none": None, "command": ethtool_command}.get(cfg.ethtool)
         if cfg.ethtool == "ioctl":
             ethtool = stack.enter_context(EthtoolIoctl()).read
-        outputs, publisher = _outputs(args, cfg, stack, [t.ib_dev for t in targets])
-        metrics = CollectMetrics(stats, cfg.interval_s, _outcomes(publisher) if publisher else None)
+        outputs, publisher = outputs_of(args, cfg.interval_s, stack, [t.ib_dev for t in targets])
+        metrics = CollectMetrics(stats, cfg.interval_s, outcomes(publisher) if publisher else None)
         web_port = cfg.web_port if cfg.web_port is not None else (6068 if publisher else 0)
         if web_port:
             server = stack.enter_context(
@@ -180,15 +190,15 @@ def run(args: argparse.Namespace) -> int:
     return 130 if stopped_by[:1] == [signal.SIGINT] else 0
 
 
-def _publishing(args: argparse.Namespace) -> bool:
+def publishing(args: argparse.Namespace) -> bool:
     """Whether a broker is named: --broker, FABRICWATCH_BROKER or the config's broker: section."""
     from fabricwatch.streams.kafka_io import load_broker_settings
 
     return bool(args.broker) or bool(load_broker_settings(args.broker_config or args.config).bootstrap)
 
 
-def _outputs(
-    args: argparse.Namespace, cfg: CollectSettings, stack: ExitStack, devices: list[str]
+def outputs_of(
+    args: argparse.Namespace, interval_s: float, stack: ExitStack, devices: list[str]
 ) -> tuple[list[Callable[[Snapshot], None]], Publisher | None]:
     """Where each snapshot goes: the trace file and/or the broker, closed (flushed) at the end."""
     from fabricwatch.schemas.trace import TraceWriter
@@ -197,10 +207,10 @@ def _outputs(
     outputs: list[Callable[[Snapshot], None]] = []
     publisher = None
     if args.out is not None:
-        meta = {"poll_interval_s": cfg.interval_s, "devices": devices}
+        meta = {"poll_interval_s": interval_s, "devices": devices}
         writer = stack.enter_context(TraceWriter(args.out, "collect", time.time_ns(), meta))
         outputs.append(lambda snap: writer.write_message(topics.COUNTERS, snap.device, snap.ts_ns, snap))
-    if _publishing(args):
+    if publishing(args):
         settings = options.broker_settings(args)
         ensure_topics(settings, [topics.COUNTERS, topics.TOPOLOGY])
         publisher = Publisher(settings)
@@ -222,7 +232,7 @@ def _lldp(cfg: CollectSettings, targets: list[NicTarget], publisher: Publisher |
     return LldpWatch(host, nics, interval, _warn, read=lambda: run_lldpcli(socket_path))
 
 
-def _outcomes(publisher: Publisher) -> Callable[[], dict[str, int]]:
+def outcomes(publisher: Publisher) -> Callable[[], dict[str, int]]:
     def counts() -> dict[str, int]:
         s = publisher.stats
         return {

@@ -1,0 +1,141 @@
+"""``fabricwatch collect sonic``: SONiC switches' counters out of their Redis into Kafka or a trace."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from contextlib import ExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from fabricwatch.cli import options
+
+if TYPE_CHECKING:
+    from fabricwatch.ingest.switch_poll import SonicSettings
+
+HELP = "poll SONiC switches' COUNTERS_DB (Redis) into Kafka (--broker) or a trace file (--out)"
+DESCRIPTION = """Poll SONiC switches' counters out of their Redis (COUNTERS_DB: ports, queues,
+priority groups, watermarks, the PFC watchdog) at every wall-clock multiple of --interval, one
+pipelined round trip per switch per poll, and publish one snapshot per switch per poll to
+fabric.counters (--broker), or write a trace that replay reads (--out), or both. One switch with
+--redis and --name; many from the config file's sonic: section. Counters the switch refreshes
+less often than it is polled (CONFIG_DB's FLEX_COUNTER_TABLE) go out as unknown between refreshes,
+never as zero. A switch that is down costs only itself, reported once. SIGTERM or Ctrl-C stops it."""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sonic", help=HELP, description=DESCRIPTION)
+    p.add_argument("--redis", default=None, help="one switch's COUNTERS_DB, redis://HOST:PORT/2")
+    p.add_argument("--name", default=None, help="that switch's name in the fabric (its device id)")
+    p.add_argument("--out", type=Path, default=None, help="trace file to write (.gz to compress)")
+    options.add_broker(p, "Kafka bootstrap HOST:PORT to publish to")
+    options.add_config(p, section="sonic")
+    p.add_argument(
+        "--interval", type=float, default=None, help="seconds between polls, 0.05 to 60 (default: 1)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds a switch may take to answer (default: the interval)",
+    )
+    p.add_argument(
+        "--count", type=int, default=None, help="stop after this many polls (default: until stopped)"
+    )
+    p.add_argument("--web-bind", default=None, help="address of /metrics and /healthz (default: 127.0.0.1)")
+    p.add_argument(
+        "--web-port",
+        type=int,
+        default=None,
+        help="port of /metrics and /healthz, 0 for none (default: 6069 when publishing to a broker)",
+    )
+
+
+def settings_of(args: argparse.Namespace) -> SonicSettings:
+    """The config file's ``sonic:`` section, with the options given on the command line over it
+    and ``--redis``/``--name`` added to its switches."""
+    from fabricwatch.ingest.switch_poll import SonicSettings, SwitchTarget
+    from fabricwatch.schemas.config import ConfigError, ConfigFile
+
+    base = ConfigFile(args.config).section("sonic", SonicSettings)
+    if bool(args.redis) != bool(args.name):
+        raise ConfigError("--redis and --name go together: the switch's Redis and its name in the fabric")
+    switches = [*base.switches, SwitchTarget(args.name, args.redis)] if args.redis else base.switches
+    flags = {
+        "interval_s": args.interval,
+        "timeout_s": args.timeout,
+        "switches": switches,
+        "web_bind": args.web_bind,
+        "web_port": args.web_port,
+    }
+    try:
+        cfg = msgspec.structs.replace(base, **{k: v for k, v in flags.items() if v is not None})
+    except ValueError as exc:
+        raise ConfigError(str(exc).replace("interval_s", "--interval")) from None
+    if not cfg.switches:
+        raise ConfigError("no switches: give --redis URL --name NAME, or list them in the sonic: section")
+    return cfg
+
+
+def run(args: argparse.Namespace) -> int:
+    from fabricwatch.cli.collect import outcomes, outputs_of, publishing
+    from fabricwatch.collector_metrics import CollectMetrics
+    from fabricwatch.ingest.collect import CollectStats
+    from fabricwatch.ingest.sonic import SonicSwitch
+    from fabricwatch.ingest.switch_poll import poll_switches
+    from fabricwatch.streams.metrics_server import MetricsServer
+
+    cfg = settings_of(args)
+    if args.out is None and not publishing(args):
+        raise ValueError("nowhere to put the snapshots: give --broker HOST:PORT, --out TRACE, or both")
+    stop, stopped_by = threading.Event(), []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stopped_by.append(signum)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    switches = [SonicSwitch(s.name, s.redis, cfg.timeout, s.config_redis, _warn) for s in cfg.switches]
+    stats = CollectStats()
+    with ExitStack() as stack:
+        for switch in switches:
+            stack.callback(switch.close)
+        outputs, publisher = outputs_of(args, cfg.interval_s, stack, [s.name for s in switches])
+        metrics = CollectMetrics(
+            stats,
+            cfg.interval_s,
+            outcomes(publisher) if publisher else None,
+            {s.name: s.stats for s in switches},
+        )
+        web_port = cfg.web_port if cfg.web_port is not None else (6069 if publisher else 0)
+        if web_port:
+            server = stack.enter_context(
+                MetricsServer(metrics.registry, metrics.health, cfg.web_bind, web_port)
+            )
+            _warn(f"/metrics and /healthz on http://{cfg.web_bind}:{server.port}")
+        for snap in poll_switches(
+            switches,
+            cfg.interval_s,
+            args.count,
+            _warn,
+            stats,
+            stop,
+            metrics.observe_read,
+            metrics.observe_poll,
+        ):
+            for put in outputs:
+                put(snap)
+    print(
+        f"collected {stats.snapshots} snapshots of {len(switches)} switches in {stats.polls} polls "
+        f"({stats.late_polls} late, {sum(stats.problems.values())} switch polls that gave nothing)"
+    )
+    return 130 if stopped_by[:1] == [signal.SIGINT] else 0
+
+
+def _warn(text: str) -> None:
+    print(f"fabricwatch collect sonic: {text}", file=sys.stderr, flush=True)
