@@ -102,6 +102,14 @@ def test_the_systemd_collector_unit_runs_collect_with_arguments_it_accepts():
     assert "User=fabricwatch" in text and "CapabilityBoundingSet=\n" in text  # no root, no capability
 
 
+def test_the_systemd_sonic_collector_unit_runs_collect_sonic_with_arguments_it_accepts():
+    unit = DEPLOY / "systemd" / "fabricwatch-collect-sonic.service"
+    args = collect_args(exec_start(unit, "")[1:])
+    assert (args.command, args.source) == ("collect", "sonic") and args.out is None
+    assert args.config == args.broker_config == Path("/etc/fabricwatch/fabricwatch.yaml")
+    assert "User=fabricwatch" in unit.read_text()
+
+
 def test_the_collector_daemonset_reads_the_node_s_sysfs_and_interfaces_unprivileged():
     docs = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "collector.yaml").read_text()))
     daemonset = next(d for d in docs if d["kind"] == "DaemonSet")

@@ -9,7 +9,6 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,8 +16,9 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from fabricwatch.cli import collect_sonic, options
+from fabricwatch.cli.collect_outputs import outcomes, outputs_of, publishing
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import Snapshot, encode
+from fabricwatch.schemas.messages import encode
 
 if TYPE_CHECKING:
     from fabricwatch.ingest.collect import CollectSettings, NicTarget
@@ -190,35 +190,6 @@ def _run_host(args: argparse.Namespace) -> int:
     return 130 if stopped_by[:1] == [signal.SIGINT] else 0
 
 
-def publishing(args: argparse.Namespace) -> bool:
-    """Whether a broker is named: --broker, FABRICWATCH_BROKER or the config's broker: section."""
-    from fabricwatch.streams.kafka_io import load_broker_settings
-
-    return bool(args.broker) or bool(load_broker_settings(args.broker_config or args.config).bootstrap)
-
-
-def outputs_of(
-    args: argparse.Namespace, interval_s: float, stack: ExitStack, devices: list[str]
-) -> tuple[list[Callable[[Snapshot], None]], Publisher | None]:
-    """Where each snapshot goes: the trace file and/or the broker, closed (flushed) at the end."""
-    from fabricwatch.schemas.trace import TraceWriter
-    from fabricwatch.streams.kafka_io import Publisher, ensure_topics
-
-    outputs: list[Callable[[Snapshot], None]] = []
-    publisher = None
-    if args.out is not None:
-        meta = {"poll_interval_s": interval_s, "devices": devices}
-        writer = stack.enter_context(TraceWriter(args.out, "collect", time.time_ns(), meta))
-        outputs.append(lambda snap: writer.write_message(topics.COUNTERS, snap.device, snap.ts_ns, snap))
-    if publishing(args):
-        settings = options.broker_settings(args)
-        ensure_topics(settings, [topics.COUNTERS, topics.TOPOLOGY])
-        publisher = Publisher(settings)
-        stack.callback(_close_publisher, publisher)
-        outputs.append(lambda snap: publisher.send(topics.COUNTERS, snap.device, encode(snap), snap.ts_ns))
-    return outputs, publisher
-
-
 def _lldp(cfg: CollectSettings, targets: list[NicTarget], publisher: Publisher | None) -> LldpWatch | None:
     """This host's cabling from LLDP, when publishing (a trace has no use for it)."""
     from fabricwatch.ingest.lldp import LldpWatch, run_lldpcli
@@ -230,27 +201,6 @@ def _lldp(cfg: CollectSettings, targets: list[NicTarget], publisher: Publisher |
     socket_path = cfg.lldp_socket or None
     host = cfg.host or socket.gethostname()
     return LldpWatch(host, nics, interval, _warn, read=lambda: run_lldpcli(socket_path))
-
-
-def outcomes(publisher: Publisher) -> Callable[[], dict[str, int]]:
-    def counts() -> dict[str, int]:
-        s = publisher.stats
-        return {
-            "acked": s.acked,
-            "failed": s.failed,
-            "dropped": s.dropped,
-            "pending": s.sent - s.acked - s.failed,
-        }
-
-    return counts
-
-
-def _close_publisher(publisher: Publisher) -> None:
-    publisher.close()
-    s = publisher.stats
-    print(
-        f"published {s.acked} of {s.sent} snapshots ({s.failed} failed, {s.dropped} dropped)", file=sys.stderr
-    )
 
 
 def _vendors(pairs: list[str]) -> dict[str, str]:

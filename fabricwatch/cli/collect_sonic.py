@@ -82,7 +82,7 @@ def settings_of(args: argparse.Namespace) -> SonicSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fabricwatch.cli.collect import outcomes, outputs_of, publishing
+    from fabricwatch.cli.collect_outputs import outcomes, outputs_of, publishing
     from fabricwatch.collector_metrics import CollectMetrics
     from fabricwatch.ingest.collect import CollectStats
     from fabricwatch.ingest.sonic import SonicSwitch
