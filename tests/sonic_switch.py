@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 import redis
 from waiting import wait_for
 
+from fabricwatch.ingest.mapping import resolve, vendor_names
 from fabricwatch.local.broker import free_port
 from fabricwatch.local.processes import spawn
+from fabricwatch.schemas.messages import Snapshot
 
 COUNTERS_DB, CONFIG_DB, APPL_DB = 2, 4, 0
 
@@ -165,3 +167,64 @@ class SwitchDb:
     def close(self) -> None:
         self.counters.close()
         self.config.close()
+
+
+class SnapshotSwitch:
+    """A switch whose COUNTERS_DB holds, at each ``write``, what a snapshot of it says: every
+    canonical column written back to the SAI field the vendor map reads it from (the inverse of the
+    collector's mapping), on the port, queue or priority-group object it belongs to."""
+
+    def __init__(self, url: str, first: Snapshot) -> None:
+        self.counters = redis.Redis.from_url(url, db=COUNTERS_DB)
+        self.counters.flushdb()
+        fields = _sai_fields()
+        self._cells: list[tuple[int, int, str, str]] = []  # (row, col, object name, field)
+        kinds: dict[str, str] = {}
+        for col, spec in enumerate(first.counters):
+            source, field_name = fields[spec.name]
+            for row, port in enumerate(first.ports):
+                if source == "sonic_port":
+                    obj = port
+                    field_name_n = field_name.replace("{n}", str(spec.index))
+                else:
+                    obj = f"{port}:{spec.index}"
+                    field_name_n = field_name
+                kinds[obj] = source
+                self._cells.append((row, col, obj, field_name_n))
+        self.oids = {obj: f"oid:0x{0x1000000 + i:x}" for i, obj in enumerate(kinds)}
+        maps = {"sonic_port": "COUNTERS_PORT_NAME_MAP", "sonic_queue": "COUNTERS_QUEUE_NAME_MAP"}
+        for obj, source in kinds.items():
+            self.counters.hset(maps[source], obj, self.oids[obj])
+        self.write(first)
+        config = redis.Redis.from_url(url, db=CONFIG_DB)
+        config.flushdb()
+        for group in ("PORT", "QUEUE", "PG_DROP", "QUEUE_WATERMARK", "PG_WATERMARK"):
+            config.hset(
+                f"FLEX_COUNTER_TABLE|{group}", mapping={"POLL_INTERVAL": 100, "FLEX_COUNTER_STATUS": "enable"}
+            )
+        config.close()
+
+    def write(self, snap: Snapshot) -> None:
+        hashes: dict[str, dict[str, int]] = {}
+        for row, col, obj, field_name in self._cells:
+            value = snap.values[row][col]
+            if value is not None:
+                hashes.setdefault(f"COUNTERS:{self.oids[obj]}", {})[field_name] = value
+        pipe = self.counters.pipeline(transaction=False)
+        for key, mapping in hashes.items():
+            pipe.hset(key, mapping=mapping)
+        pipe.execute()
+
+    def close(self) -> None:
+        self.counters.close()
+
+
+def _sai_fields() -> dict[str, tuple[str, str]]:
+    """Canonical name -> (source, SAI field; ``{n}`` left in for per-priority port fields)."""
+    out: dict[str, tuple[str, str]] = {}
+    for source in ("sonic_port", "sonic_queue", "sonic_pg"):
+        for name in vendor_names(source):
+            spec = resolve(source, name.replace("{n}", "0"))
+            if spec is not None and spec.name not in out:
+                out[spec.name] = (source, name.removesuffix(":{n}"))
+    return out
