@@ -78,6 +78,11 @@ def known_sources() -> tuple[str, ...]:
     return tuple(_tables())
 
 
+def port_order(name: str) -> tuple:
+    """A sort key putting port names in their numeric order: Ethernet2 before Ethernet10."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
 def vendor_names(source: str) -> list[str]:
     """The vendor names a source's rows list, ``{n}`` left in: what a collector that asks for named
     fields (SONiC's HMGET) asks for."""

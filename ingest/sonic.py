@@ -25,7 +25,6 @@ not moved for longer than that is idle, and its values go out as read.
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 import redis
 
-from fabricwatch.ingest.mapping import resolve, vendor_names
+from fabricwatch.ingest.mapping import port_order, resolve, vendor_names
 from fabricwatch.schemas.messages import CounterSpec, Snapshot
 
 COUNTERS_DB = 2
@@ -160,12 +159,12 @@ def make_plan(
 ) -> _Plan:
     """The poll plan for these name maps: every mapped field of every port, queue and PG of a port
     in the port map (``only``: just these (source, field) pairs), grouped by refresh group."""
-    ports = sorted(maps.get(KINDS[0].name_map, {}), key=_natural)
+    ports = sorted(maps.get(KINDS[0].name_map, {}), key=port_order)
     rows = {p: i for i, p in enumerate(ports)}
     requests: list[tuple[str, list[tuple[str, str, int, CounterSpec]]]] = []
     for kind in KINDS:
         wanted = _fields(kind, schedule, only)
-        for name, oid in sorted(maps.get(kind.name_map, {}).items(), key=lambda item: _natural(item[0])):
+        for name, oid in sorted(maps.get(kind.name_map, {}).items(), key=lambda item: port_order(item[0])):
             asked = _object_fields(kind, name, rows, wanted)
             if asked:
                 requests.append((f"COUNTERS:{oid}", asked))
@@ -242,11 +241,6 @@ def _object_fields(
 def _key(spec: CounterSpec) -> tuple[str, int]:
     """A column's identity and sort key, the snapshot builder's (``ingest/mapping.py``)."""
     return spec.name, -1 if spec.index is None else spec.index
-
-
-def _natural(name: str) -> tuple:
-    """Ethernet2 before Ethernet10."""
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
 def _text(value: bytes | str) -> str:

@@ -37,6 +37,8 @@ SOURCES = {
     "sonic_port",
     "sonic_queue",
     "sonic_pg",
+    "openconfig",
+    "srlinux",
 }
 
 

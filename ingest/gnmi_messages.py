@@ -1,0 +1,190 @@
+"""gNMI telemetry as gnmic and Telegraf write it to Kafka, read into points: one value of one leaf of
+one device at one time, its path without keys or module prefixes and its keys beside it.
+
+The three shapes (each with its source):
+
+* gnmic ``format: event`` (openconfig/gnmic docs, user_guide/event_processors/intro.md): a list of
+  ``{"name", "timestamp" (ns), "tags": {"source", "subscription-name", "<elem>_<key>": ...},
+  "values": {"/path/to/leaf": value}}``;
+* gnmic ``format: json`` (docs/user_guide/outputs/output_intro.md, basic_usage.md):
+  ``{"source", "subscription-name", "timestamp" (ns), "prefix": "state/port[port-id=1/1/c1/1]/statistics",
+  "updates": [{"Path": "in-packets", "values": {"in-packets": "12142"}}]}``; a value may be a
+  JSON-IETF container, flattened here;
+* Telegraf's ``json`` serializer over its gnmi input (influxdata/telegraf issues #9806, #11778,
+  #14530): ``{"name": measurement, "tags": {"source", "path", "name": <interface>, ...}, "fields":
+  {"in_octets": ...}, "timestamp": seconds}``, or a batch ``{"metrics": [...]}``; the field is the
+  leaf with ``-`` written ``_``, under the ``path`` tag.
+
+Counters come as JSON numbers or, for uint64, as decimal strings (gNMI's JSON encoding). A message
+without a timestamp or a source gives no points and one problem; values that are not counters
+(state strings, booleans) are left out quietly, since subscriptions carry them beside counters.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal, NamedTuple
+
+Format = Literal["gnmic", "telegraf"]
+_MAX_U64 = (1 << 64) - 1
+
+
+class Point(NamedTuple):
+    device: str
+    ts_ns: int
+    path: str
+    """Schema path: ``/interfaces/interface/state/counters/in-octets``."""
+    keys: dict[str, str]
+    """``<elem>_<key>`` -> value (gnmic's tag names), e.g. ``interface_name: Ethernet1/1``."""
+    value: int
+
+
+class Parsed(NamedTuple):
+    points: list[Point]
+    problems: list[str]
+
+
+def parse_message(fmt: Format, raw: bytes) -> Parsed:
+    """The points of one Kafka message of gnmic (event or json format, told apart by shape) or
+    Telegraf (json serializer)."""
+    try:
+        obj = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return Parsed([], [f"not JSON: {exc}"])
+    if fmt == "telegraf":
+        metrics = obj.get("metrics", [obj]) if isinstance(obj, dict) else obj
+        return _gather(_telegraf_metric, metrics)
+    events = obj if isinstance(obj, list) else [obj]
+    return _gather(_gnmic_object, events)
+
+
+def _gather(read: Any, objects: Any) -> Parsed:
+    points: list[Point] = []
+    problems: list[str] = []
+    if not isinstance(objects, list):
+        return Parsed([], [f"expected an object or a list of them, got {type(objects).__name__}"])
+    for obj in objects:
+        if not isinstance(obj, dict):
+            problems.append(f"expected an object, got {type(obj).__name__}")
+            continue
+        try:
+            points.extend(read(obj))
+        except ValueError as exc:
+            problems.append(str(exc))
+    return Parsed(points, problems)
+
+
+def _gnmic_object(obj: Mapping[str, Any]) -> Iterator[Point]:
+    if "updates" in obj or "prefix" in obj:
+        return _gnmic_json(obj)
+    return _gnmic_event(obj)
+
+
+def _gnmic_event(event: Mapping[str, Any]) -> Iterator[Point]:
+    tags = event.get("tags") or {}
+    device = _device(tags.get("source"), "gnmic event")
+    ts_ns = _timestamp(event.get("timestamp"), 1, "gnmic event")
+    keys = {k: str(v) for k, v in tags.items() if k not in ("source", "subscription-name")}
+    for path, value in (event.get("values") or {}).items():
+        schema, path_keys = split_path(path)
+        yield from _points(device, ts_ns, schema, {**keys, **path_keys}, value)
+
+
+def _gnmic_json(msg: Mapping[str, Any]) -> Iterator[Point]:
+    device = _device(msg.get("source"), "gnmic json message")
+    ts_ns = _timestamp(msg.get("timestamp"), 1, "gnmic json message")
+    prefix = str(msg.get("prefix") or "")
+    for update in msg.get("updates") or []:
+        path = "/".join(p for p in (prefix.strip("/"), str(update.get("Path", "")).strip("/")) if p)
+        schema, keys = split_path(path)
+        for value in (update.get("values") or {}).values():
+            # the value's key repeats the path (or names it from the schema root): a scalar is the
+            # path's leaf, a container's members are leaves below it
+            yield from _points(device, ts_ns, schema, keys, value)
+
+
+def _telegraf_metric(metric: Mapping[str, Any]) -> Iterator[Point]:
+    tags = metric.get("tags") or {}
+    device = _device(tags.get("source"), "Telegraf metric")
+    ts_ns = _timestamp(metric.get("timestamp"), None, "Telegraf metric")
+    base, path_keys = split_path(str(tags.get("path") or ""))
+    keys = {k: str(v) for k, v in tags.items() if k not in ("source", "path", "host")}
+    for field, value in (metric.get("fields") or {}).items():
+        leaf = field.replace("_", "-")
+        path = f"{base}/{leaf}" if base != "/" else f"/{leaf}"
+        yield from _points(device, ts_ns, path, {**keys, **path_keys}, value)
+
+
+def _points(device: str, ts_ns: int, path: str, keys: dict[str, str], value: Any) -> Iterator[Point]:
+    if isinstance(value, dict):
+        for name, inner in value.items():
+            leaf = name.rpartition(":")[2]
+            yield from _points(device, ts_ns, f"{path}/{leaf}", keys, inner)
+        return
+    number = _counter(value)
+    if number is not None:
+        yield Point(device, ts_ns, path, keys, number)
+
+
+def split_path(path: str) -> tuple[str, dict[str, str]]:
+    """``openconfig:/interfaces/interface[name=Ethernet1/1]/state/counters/in-octets`` ->
+    (``/interfaces/interface/state/counters/in-octets``, ``{"interface_name": "Ethernet1/1"}``):
+    origin and module prefixes dropped, keys (which may hold ``/``) taken out."""
+    elems: list[str] = []
+    keys: dict[str, str] = {}
+    name, depth, key_text = "", 0, ""
+    for ch in path + "/":
+        if depth:
+            if ch == "]":
+                depth = 0
+                k, _, v = key_text.partition("=")
+                keys[f"{_bare(name)}_{k}"] = v
+                key_text = ""
+            else:
+                key_text += ch
+        elif ch == "[":
+            depth = 1
+        elif ch == "/":
+            if _bare(name):  # an origin alone (``openconfig:``) is no element
+                elems.append(_bare(name))
+            name = ""
+        else:
+            name += ch
+    return "/" + "/".join(elems), keys
+
+
+def _bare(name: str) -> str:
+    """An element without its origin or module prefix (``openconfig-interfaces:counters``)."""
+    return name.rpartition(":")[2]
+
+
+def _counter(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if 0 <= value <= _MAX_U64 else None
+    if isinstance(value, str) and value.isascii() and value.isdigit() and int(value) <= _MAX_U64:
+        return int(value)
+    return None
+
+
+def _device(source: Any, what: str) -> str:
+    if not isinstance(source, str) or not source:
+        raise ValueError(f"{what} without a source (which device is it?)")
+    host, sep, port = source.rpartition(":")
+    return host if sep and port.isdigit() and "]" not in port else source
+
+
+def _timestamp(value: Any, unit_ns: int | None, what: str) -> int:
+    """Nanoseconds since the epoch; ``unit_ns`` None: seconds, ms, us or ns told by magnitude
+    (Telegraf's ``json_timestamp_units``)."""
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, float) and value > 0:
+        value = round(value) if unit_ns == 1 else value
+    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{what} without a timestamp")
+    if unit_ns is None:
+        unit_ns = 10**9 if value < 1e11 else 10**6 if value < 1e14 else 10**3 if value < 1e17 else 1
+    return int(value * unit_ns)
