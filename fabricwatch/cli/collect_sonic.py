@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -92,14 +90,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = settings_of(args)
     if args.out is None and not publishing(args):
         raise ValueError("nowhere to put the snapshots: give --broker HOST:PORT, --out TRACE, or both")
-    stop, stopped_by = threading.Event(), []
-
-    def on_signal(signum: int, _frame: object) -> None:
-        stopped_by.append(signum)
-        stop.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, on_signal)
+    stopping = options.Stopping()
+    stop = stopping.event
     switches = [SonicSwitch(s.name, s.redis, cfg.timeout, s.config_redis, _warn) for s in cfg.switches]
     stats = CollectStats()
     with ExitStack() as stack:
@@ -134,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         f"collected {stats.snapshots} snapshots of {len(switches)} switches in {stats.polls} polls "
         f"({stats.late_polls} late, {sum(stats.problems.values())} switch polls that gave nothing)"
     )
-    return 130 if stopped_by[:1] == [signal.SIGINT] else 0
+    return stopping.exit_code
 
 
 def _warn(text: str) -> None:

@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import argparse
+import signal
+import threading
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -112,3 +114,22 @@ def outlier_detector(model: Path | None, config: DetectorConfig) -> OutlierDetec
 
 def detector_config(args: argparse.Namespace) -> DetectorConfig:
     return load_config(args.config)
+
+
+class Stopping:
+    """SIGINT and SIGTERM set ``event`` instead of raising, so a daemon sends what it read and
+    stops at its next check; ``exit_code`` is then 130 after Ctrl-C and 0 after SIGTERM."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._by: list[int] = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self._by.append(signum)
+        self.event.set()
+
+    @property
+    def exit_code(self) -> int:
+        return 130 if self._by[:1] == [signal.SIGINT] else 0

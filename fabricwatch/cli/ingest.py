@@ -1,0 +1,72 @@
+"""``fabricwatch ingest gnmic|telegraf``: gNMI telemetry that gnmic or Telegraf write to Kafka,
+translated into switch snapshots on ``fabric.counters``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fabricwatch.cli import options
+
+HELP = "translate gnmic's or Telegraf's gNMI output on a Kafka topic into switch snapshots"
+DESCRIPTION = """Consume the Kafka topic gnmic (format: event or json) or Telegraf (gnmi input,
+json serializer) writes switch telemetry to, group each device's values by sample into one
+snapshot, map OpenConfig paths (interfaces, Ethernet, QoS queues) and SR Linux's native
+statistics onto fabricwatch's counters, and publish the snapshots to fabric.counters. Run as many
+as the topic has partitions (one consumer group); keep each device on one partition (gnmic
+insert-key: true, Telegraf routing_tag = "source"). SIGTERM or Ctrl-C sends what is open and stops."""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ingest", help=HELP, description=DESCRIPTION)
+    p.add_argument("format", choices=("gnmic", "telegraf"), help="who writes the topic")
+    p.add_argument("--from-topic", required=True, help="the topic gnmic's or Telegraf's Kafka output writes")
+    options.add_broker(p, "Kafka bootstrap HOST:PORT of both topics")
+    options.add_config(p, section="broker")
+    p.add_argument("--group", default=None, help="consumer group (default: fabricwatch-ingest-FORMAT)")
+    p.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="a new group starts at the topic's beginning (default: at its end, what arrives from now)",
+    )
+    p.add_argument(
+        "--window",
+        type=float,
+        default=0.25,
+        help="seconds of device timestamps that make one sample (default: 0.25)",
+    )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=2.0,
+        help="seconds to wait for a device's next sample before sending the open one (default: 2)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from fabricwatch.gnmi_ingest import TranslateStats, translate
+    from fabricwatch.ingest.gnmi_snapshots import SnapshotAssembler
+
+    if not 0 < args.window < 60 or not 0 < args.grace < 600:
+        raise ValueError("--window must be between 0 and 60 s and --grace between 0 and 600 s")
+    settings = options.broker_settings(args)
+    stopping = options.Stopping()
+    stop = stopping.event
+    assembler = SnapshotAssembler(args.window, args.grace, _warn)
+    stats = TranslateStats()
+    group = args.group or f"fabricwatch-ingest-{args.format}"
+    publisher = translate(
+        settings, args.format, args.from_topic, group, assembler, stop, _warn, args.from_beginning, stats
+    )
+    a, p = assembler.stats, publisher.stats
+    print(
+        f"read {stats.messages} messages ({stats.bad_messages} with problems), {a.points} values; "
+        f"sent {a.snapshots} snapshots ({p.acked} acked, {p.failed} failed, {p.dropped} dropped); "
+        f"{a.late} late, {a.duplicates} repeated, {a.unknown_paths} of unknown paths, "
+        f"{a.without_port} without an interface"
+    )
+    return stopping.exit_code
+
+
+def _warn(text: str) -> None:
+    print(f"fabricwatch ingest: {text}", file=sys.stderr, flush=True)

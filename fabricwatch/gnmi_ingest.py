@@ -1,0 +1,101 @@
+"""The gNMI translator stage: gnmic's or Telegraf's Kafka topic in, switch snapshots out to
+``fabric.counters``.
+
+A plain kafka-python consumer in a consumer group, not a Faust agent (docs/collectors.md says why):
+it keeps one open sample per device and closes samples on wall-clock time, which an agent only
+gets with a timer beside it; it needs none of Faust's tables or changelogs; and the group protocol
+alone spreads the topic's partitions over as many translators as are run. A device must stay on
+one partition (gnmic ``insert-key: true``, Telegraf ``routing_tag = "source"``) so that one
+translator sees all of its samples.
+
+Offsets are committed only after the snapshots built from the records before them were
+acknowledged by the broker (at least once). A sample still open at a commit is rebuilt after a
+restart from the records after the commit, so a restart costs at most that sample.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fabricwatch.ingest.gnmi_messages import Format, parse_message
+from fabricwatch.ingest.gnmi_snapshots import SnapshotAssembler
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import Snapshot, encode
+from fabricwatch.streams.kafka_io import BrokerSettings, Publisher, ensure_topics
+
+COMMIT_EVERY_S = 1.0
+
+
+@dataclass
+class TranslateStats:
+    messages: int = 0
+    bad_messages: int = 0
+    problems: dict[str, int] = field(default_factory=dict)
+
+
+def translate(
+    settings: BrokerSettings,
+    fmt: Format,
+    from_topic: str,
+    group: str,
+    assembler: SnapshotAssembler,
+    stop: threading.Event,
+    warn: Callable[[str], None] = print,
+    from_beginning: bool = False,
+    stats: TranslateStats | None = None,
+) -> Publisher:
+    """Translate until ``stop`` is set; the samples still open then are sent. Returns the closed
+    publisher (its stats say what was sent)."""
+    from kafka import KafkaConsumer
+
+    stats = stats if stats is not None else TranslateStats()
+    ensure_topics(settings, [topics.COUNTERS])
+    consumer = KafkaConsumer(
+        from_topic,
+        **settings.kafka_kwargs(),
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest" if from_beginning else "latest",
+    )
+    publisher = Publisher(settings)
+    said: set[str] = set()
+
+    def send(snaps: list[Snapshot]) -> None:
+        for snap in snaps:
+            publisher.send(topics.COUNTERS, snap.device, encode(snap), snap.ts_ns)
+
+    try:
+        committed = time.monotonic()
+        while not stop.is_set():
+            for records in consumer.poll(timeout_ms=200, max_records=5000).values():
+                for record in records:
+                    stats.messages += 1
+                    parsed = parse_message(fmt, record.value or b"")
+                    if parsed.problems:
+                        stats.bad_messages += 1
+                        _count(stats, parsed.problems, said, warn)
+                    send(assembler.add(parsed.points))
+            send(assembler.due())
+            if time.monotonic() - committed >= COMMIT_EVERY_S:
+                publisher.flush()
+                consumer.commit()
+                committed = time.monotonic()
+        send(assembler.close())
+        publisher.flush()
+        consumer.commit()
+    finally:
+        consumer.close(autocommit=False)
+        publisher.close()
+    return publisher
+
+
+def _count(stats: TranslateStats, problems: list[str], said: set[str], warn: Callable[[str], None]) -> None:
+    for problem in problems:
+        kind = problem.split(":")[0][:60]
+        stats.problems[kind] = stats.problems.get(kind, 0) + 1
+        if kind not in said:
+            said.add(kind)
+            warn(f"{problem}; skipped (said once per kind, counted)")
