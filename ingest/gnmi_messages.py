@@ -88,7 +88,7 @@ def _gnmic_event(event: Mapping[str, Any]) -> Iterator[Point]:
     keys = {k: str(v) for k, v in tags.items() if k not in ("source", "subscription-name")}
     for path, value in (event.get("values") or {}).items():
         schema, path_keys = split_path(path)
-        yield from _points(device, ts_ns, schema, {**keys, **path_keys}, value)
+        yield from points_of(device, ts_ns, schema, {**keys, **path_keys}, value)
 
 
 def _gnmic_json(msg: Mapping[str, Any]) -> Iterator[Point]:
@@ -101,7 +101,7 @@ def _gnmic_json(msg: Mapping[str, Any]) -> Iterator[Point]:
         for value in (update.get("values") or {}).values():
             # the value's key repeats the path (or names it from the schema root): a scalar is the
             # path's leaf, a container's members are leaves below it
-            yield from _points(device, ts_ns, schema, keys, value)
+            yield from points_of(device, ts_ns, schema, keys, value)
 
 
 def _telegraf_metric(metric: Mapping[str, Any]) -> Iterator[Point]:
@@ -113,14 +113,15 @@ def _telegraf_metric(metric: Mapping[str, Any]) -> Iterator[Point]:
     for field, value in (metric.get("fields") or {}).items():
         leaf = field.replace("_", "-")
         path = f"{base}/{leaf}" if base != "/" else f"/{leaf}"
-        yield from _points(device, ts_ns, path, {**keys, **path_keys}, value)
+        yield from points_of(device, ts_ns, path, {**keys, **path_keys}, value)
 
 
-def _points(device: str, ts_ns: int, path: str, keys: dict[str, str], value: Any) -> Iterator[Point]:
+def points_of(device: str, ts_ns: int, path: str, keys: dict[str, str], value: Any) -> Iterator[Point]:
+    """The counters in one value at ``path``: the value itself, or a container's leaves below it."""
     if isinstance(value, dict):
         for name, inner in value.items():
             leaf = name.rpartition(":")[2]
-            yield from _points(device, ts_ns, f"{path}/{leaf}", keys, inner)
+            yield from points_of(device, ts_ns, f"{path}/{leaf}", keys, inner)
         return
     number = _counter(value)
     if number is not None:

@@ -20,7 +20,7 @@ import msgspec
 
 T = TypeVar("T")
 
-SECTIONS = ("detectors", "broker", "alerts", "collect", "sonic")
+SECTIONS = ("detectors", "broker", "alerts", "collect", "sonic", "gnmi")
 """The top-level keys a config file may hold; a component that adds one registers it here."""
 
 

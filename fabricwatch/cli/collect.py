@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from fabricwatch.cli import collect_sonic, options
+from fabricwatch.cli import collect_gnmi, collect_sonic, options
 from fabricwatch.cli.collect_outputs import outcomes, outputs_of, publishing
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import encode
@@ -37,6 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         dest="source", metavar="SOURCE", title="other sources (default: this host's NICs)"
     )
     collect_sonic.add_parser(sources)
+    collect_gnmi.add_parser(sources)
     p.add_argument("--out", type=Path, default=None, help="trace file to write (.gz to compress)")
     options.add_broker(p, "Kafka bootstrap HOST:PORT to publish to")
     options.add_config(p, section="collect")
@@ -122,6 +123,8 @@ def settings_of(args: argparse.Namespace, environ: dict[str, str] | None = None)
 def run(args: argparse.Namespace) -> int:
     if args.source == "sonic":
         return collect_sonic.run(args)
+    if args.source == "gnmi":
+        return collect_gnmi.run(args)
     return _run_host(args)
 
 

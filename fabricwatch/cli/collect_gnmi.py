@@ -1,0 +1,143 @@
+"""``fabricwatch collect gnmi``: subscribe to switches' gNMI servers, snapshots into Kafka or a trace."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from fabricwatch.cli import options
+
+if TYPE_CHECKING:
+    from fabricwatch.ingest.gnmi_subscribe import GnmiSettings
+
+HELP = "subscribe to switches' gNMI servers into Kafka (--broker) or a trace file (--out)"
+DESCRIPTION = """Subscribe to switches' gNMI servers (OpenConfig interface, Ethernet and QoS queue
+counters, SAMPLE at --interval), for sites without gnmic or Telegraf, and publish one snapshot per
+switch per sample to fabric.counters (--broker) or write a trace (--out), or both. One target with
+--target and --name; many, with TLS and credentials, from the config file's gnmi: section. A target
+that is down or drops the stream is subscribed again (1 s, doubling to 30 s), said once. SIGTERM or
+Ctrl-C sends what is open and stops."""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("gnmi", help=HELP, description=DESCRIPTION)
+    p.add_argument("--target", default=None, help="one switch's gNMI server, HOST:PORT")
+    p.add_argument("--name", default=None, help="that switch's name in the fabric (its device id)")
+    p.add_argument(
+        "--path",
+        action="append",
+        default=None,
+        help="a path to subscribe (repeatable; default: the counters)",
+    )
+    p.add_argument("--mode", choices=("sample", "on_change", "target_defined"), default=None)
+    p.add_argument("--tls", action="store_true", help="TLS to the target (default: plain text)")
+    p.add_argument("--ca-file", default=None, help="CA certificate the target's is checked against")
+    p.add_argument("--username", default=None, help="user name sent with the subscription")
+    p.add_argument("--password-file", default=None, help="file holding the password")
+    p.add_argument("--out", type=Path, default=None, help="trace file to write (.gz to compress)")
+    options.add_broker(p, "Kafka bootstrap HOST:PORT to publish to")
+    options.add_config(p, section="gnmi")
+    p.add_argument("--interval", type=float, default=None, help="SAMPLE interval in seconds (default: 1)")
+    p.add_argument(
+        "--count", type=int, default=None, help="stop after this many snapshots (default: until stopped)"
+    )
+    p.add_argument("--web-bind", default=None, help="address of /metrics and /healthz (default: 127.0.0.1)")
+    p.add_argument(
+        "--web-port",
+        type=int,
+        default=None,
+        help="port of /metrics and /healthz, 0 for none (default: 6070 when publishing)",
+    )
+
+
+def settings_of(args: argparse.Namespace) -> GnmiSettings:
+    """The config file's ``gnmi:`` section, the options over it, ``--target``/``--name`` added."""
+    from fabricwatch.ingest.gnmi_subscribe import GnmiSettings, GnmiTarget
+    from fabricwatch.schemas.config import ConfigError, ConfigFile
+
+    base = ConfigFile(args.config).section("gnmi", GnmiSettings)
+    if bool(args.target) != bool(args.name):
+        raise ConfigError(
+            "--target and --name go together: the switch's gNMI server and its name in the fabric"
+        )
+    targets = list(base.targets)
+    if args.target:
+        given = {
+            "paths": args.path,
+            "mode": args.mode,
+            "tls": args.tls or None,
+            "ca_file": args.ca_file,
+            "username": args.username,
+            "password_file": args.password_file,
+        }
+        targets.append(
+            GnmiTarget(args.name, args.target, **{k: v for k, v in given.items() if v is not None})
+        )
+    flags = {
+        "interval_s": args.interval,
+        "targets": targets,
+        "web_bind": args.web_bind,
+        "web_port": args.web_port,
+    }
+    try:
+        cfg = msgspec.structs.replace(base, **{k: v for k, v in flags.items() if v is not None})
+    except ValueError as exc:
+        raise ConfigError(str(exc).replace("interval_s", "--interval")) from None
+    if not cfg.targets:
+        raise ConfigError(
+            "no targets: give --target HOST:PORT --name NAME, or list them in the gnmi: section"
+        )
+    return cfg
+
+
+def run(args: argparse.Namespace) -> int:
+    from fabricwatch.cli.collect_outputs import outcomes, outputs_of, publishing
+    from fabricwatch.collector_metrics import CollectMetrics
+    from fabricwatch.ingest.collect import CollectStats, ProblemLog
+    from fabricwatch.ingest.gnmi_snapshots import SnapshotAssembler
+    from fabricwatch.ingest.gnmi_subscribe import stream_targets
+    from fabricwatch.streams.metrics_server import MetricsServer
+
+    cfg = settings_of(args)
+    if args.out is None and not publishing(args):
+        raise ValueError("nowhere to put the snapshots: give --broker HOST:PORT, --out TRACE, or both")
+    stopping = options.Stopping()
+    stats = CollectStats()
+    assembler = SnapshotAssembler(cfg.window_s, cfg.grace_s, _warn)
+    with ExitStack() as stack:
+        outputs, publisher = outputs_of(args, cfg.interval_s, stack, [t.name for t in cfg.targets])
+        metrics = CollectMetrics(stats, cfg.interval_s, outcomes(publisher) if publisher else None)
+        web_port = cfg.web_port if cfg.web_port is not None else (6070 if publisher else 0)
+        if web_port:
+            server = MetricsServer(metrics.registry, metrics.health, cfg.web_bind, web_port)
+            stack.enter_context(server)
+            _warn(f"/metrics and /healthz on http://{cfg.web_bind}:{server.port}")
+        problems = ProblemLog(stats, _warn)
+        for points in stream_targets(cfg.targets, cfg.interval_s, stopping.event, problems):
+            for snap in assembler.add(points) + assembler.due():
+                for put in outputs:
+                    put(snap)
+                stats.snapshots += 1
+                metrics.observe_poll(0.0)
+                if args.count is not None and stats.snapshots >= args.count:
+                    stopping.event.set()
+        if args.count is None or stats.snapshots < args.count:
+            for snap in assembler.close():
+                for put in outputs:
+                    put(snap)
+                stats.snapshots += 1
+    a = assembler.stats
+    print(
+        f"collected {stats.snapshots} snapshots of {len(cfg.targets)} targets from {a.points} values "
+        f"({a.late} late, {a.unknown_paths} of unknown paths, {sum(stats.problems.values())} stream problems)"
+    )
+    return stopping.exit_code
+
+
+def _warn(text: str) -> None:
+    print(f"fabricwatch collect gnmi: {text}", file=sys.stderr, flush=True)
