@@ -11,10 +11,14 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from fabricwatch.cli import collect_gnmi, collect_sonic, options
-from fabricwatch.cli.collect_outputs import outcomes, outputs_of, publishing
+from fabricwatch.cli.collect_outputs import (
+    check_destination,
+    outcomes,
+    outputs_of,
+    serve_metrics,
+    with_options,
+)
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import encode
 
@@ -97,7 +101,7 @@ def settings_of(args: argparse.Namespace, environ: dict[str, str] | None = None)
     """The ``collect:`` section of ``--config`` (FABRICWATCH_HOST over its ``host``), with every
     option given on the command line over both."""
     from fabricwatch.ingest.collect import CollectSettings
-    from fabricwatch.schemas.config import ConfigError, ConfigFile
+    from fabricwatch.schemas.config import ConfigFile
 
     environ = dict(os.environ) if environ is None else environ
     env = {"host": environ["FABRICWATCH_HOST"]} if environ.get("FABRICWATCH_HOST") else {}
@@ -114,10 +118,7 @@ def settings_of(args: argparse.Namespace, environ: dict[str, str] | None = None)
         "web_bind": args.web_bind,
         "web_port": args.web_port,
     }
-    try:
-        return msgspec.structs.replace(base, **{k: v for k, v in flags.items() if v is not None})
-    except ValueError as exc:  # an option out of range: name it as the option
-        raise ConfigError(str(exc).replace("interval_s", "--interval")) from None
+    return with_options(base, flags)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,14 +134,12 @@ def _run_host(args: argparse.Namespace) -> int:
     from fabricwatch.ingest.collect import CollectStats, discover, poll
     from fabricwatch.ingest.ethtool_ioctl import EthtoolIoctl
     from fabricwatch.ingest.host_collector import SOURCE_ORDER, ethtool_command
-    from fabricwatch.streams.metrics_server import MetricsServer
 
     cfg = settings_of(args)
     bad = sorted(v for v in cfg.vendors.values() if v not in SOURCE_ORDER)
     if bad:
         raise ValueError(f"collect.vendors: unknown vendor {bad[0]!r}; known: {', '.join(SOURCE_ORDER)}")
-    if args.out is None and not publishing(args):
-        raise ValueError("nowhere to put the snapshots: give --broker HOST:PORT, --out TRACE, or both")
+    check_destination(args)
     sysfs = Path(cfg.sysfs_root)
     targets = discover(sysfs, cfg.devices or None, cfg.vendors)
     stopping = options.Stopping()
@@ -153,12 +152,7 @@ def _run_host(args: argparse.Namespace) -> int:
             ethtool = stack.enter_context(EthtoolIoctl()).read
         outputs, publisher = outputs_of(args, cfg.interval_s, stack, [t.ib_dev for t in targets])
         metrics = CollectMetrics(stats, cfg.interval_s, outcomes(publisher) if publisher else None)
-        web_port = cfg.web_port if cfg.web_port is not None else (6068 if publisher else 0)
-        if web_port:
-            server = stack.enter_context(
-                MetricsServer(metrics.registry, metrics.health, cfg.web_bind, web_port)
-            )
-            _warn(f"/metrics and /healthz on http://{cfg.web_bind}:{server.port}")
+        serve_metrics(stack, metrics, cfg.web_bind, cfg.web_port, 6068, publisher, _warn)
         lldp = _lldp(cfg, targets, publisher)
         for snap in poll(
             sysfs,

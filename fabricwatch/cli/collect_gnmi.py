@@ -8,8 +8,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from fabricwatch.cli import options
 
 if TYPE_CHECKING:
@@ -34,7 +32,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="a path to subscribe (repeatable; default: the counters)",
     )
-    p.add_argument("--mode", choices=("sample", "on_change", "target_defined"), default=None)
+    p.add_argument(
+        "--mode",
+        choices=("sample", "on_change", "target_defined"),
+        default=None,
+        help="how the target streams the paths (default: sample, every --interval)",
+    )
     p.add_argument("--tls", action="store_true", help="TLS to the target (default: plain text)")
     p.add_argument("--ca-file", default=None, help="CA certificate the target's is checked against")
     p.add_argument("--username", default=None, help="user name sent with the subscription")
@@ -57,6 +60,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def settings_of(args: argparse.Namespace) -> GnmiSettings:
     """The config file's ``gnmi:`` section, the options over it, ``--target``/``--name`` added."""
+    from fabricwatch.cli.collect_outputs import with_options
     from fabricwatch.ingest.gnmi_subscribe import GnmiSettings, GnmiTarget
     from fabricwatch.schemas.config import ConfigError, ConfigFile
 
@@ -84,10 +88,7 @@ def settings_of(args: argparse.Namespace) -> GnmiSettings:
         "web_bind": args.web_bind,
         "web_port": args.web_port,
     }
-    try:
-        cfg = msgspec.structs.replace(base, **{k: v for k, v in flags.items() if v is not None})
-    except ValueError as exc:
-        raise ConfigError(str(exc).replace("interval_s", "--interval")) from None
+    cfg = with_options(base, flags)
     if not cfg.targets:
         raise ConfigError(
             "no targets: give --target HOST:PORT --name NAME, or list them in the gnmi: section"
@@ -96,27 +97,21 @@ def settings_of(args: argparse.Namespace) -> GnmiSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fabricwatch.cli.collect_outputs import outcomes, outputs_of, publishing
+    from fabricwatch.cli.collect_outputs import check_destination, outcomes, outputs_of, serve_metrics
     from fabricwatch.collector_metrics import CollectMetrics
     from fabricwatch.ingest.collect import CollectStats, ProblemLog
     from fabricwatch.ingest.gnmi_snapshots import SnapshotAssembler
     from fabricwatch.ingest.gnmi_subscribe import stream_targets
-    from fabricwatch.streams.metrics_server import MetricsServer
 
     cfg = settings_of(args)
-    if args.out is None and not publishing(args):
-        raise ValueError("nowhere to put the snapshots: give --broker HOST:PORT, --out TRACE, or both")
+    check_destination(args)
     stopping = options.Stopping()
     stats = CollectStats()
     assembler = SnapshotAssembler(cfg.window_s, cfg.grace_s, _warn)
     with ExitStack() as stack:
         outputs, publisher = outputs_of(args, cfg.interval_s, stack, [t.name for t in cfg.targets])
         metrics = CollectMetrics(stats, cfg.interval_s, outcomes(publisher) if publisher else None)
-        web_port = cfg.web_port if cfg.web_port is not None else (6070 if publisher else 0)
-        if web_port:
-            server = MetricsServer(metrics.registry, metrics.health, cfg.web_bind, web_port)
-            stack.enter_context(server)
-            _warn(f"/metrics and /healthz on http://{cfg.web_bind}:{server.port}")
+        serve_metrics(stack, metrics, cfg.web_bind, cfg.web_port, 6070, publisher, _warn)
         problems = ProblemLog(stats, _warn)
         for points in stream_targets(cfg.targets, cfg.interval_s, stopping.event, problems):
             for snap in assembler.add(points) + assembler.due():

@@ -1,4 +1,6 @@
-"""Where the collectors' snapshots go: a trace file, a broker, or both (``collect``, ``collect sonic``)."""
+"""What the collectors (``collect``, ``collect sonic``, ``collect gnmi``) share: their options over
+their config section, where their snapshots go (a trace file, a broker, or both), and their
+``/metrics`` and ``/healthz``."""
 
 from __future__ import annotations
 
@@ -7,14 +9,54 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
+
+import msgspec
 
 from fabricwatch.cli import options
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Snapshot, encode
 
 if TYPE_CHECKING:
+    from fabricwatch.collector_metrics import CollectMetrics
     from fabricwatch.streams.kafka_io import Publisher
+
+Settings = TypeVar("Settings", bound=msgspec.Struct)
+
+
+def with_options(base: Settings, flags: dict[str, object]) -> Settings:
+    """``base`` (a config section) with every option that was given over its key; an option out of
+    range is named as the option."""
+    from fabricwatch.schemas.config import ConfigError
+
+    try:
+        return msgspec.structs.replace(base, **{k: v for k, v in flags.items() if v is not None})
+    except ValueError as exc:
+        raise ConfigError(str(exc).replace("interval_s", "--interval")) from None
+
+
+def check_destination(args: argparse.Namespace) -> None:
+    if args.out is None and not publishing(args):
+        raise ValueError("nowhere to put the snapshots: give --broker HOST:PORT, --out TRACE, or both")
+
+
+def serve_metrics(
+    stack: ExitStack,
+    metrics: CollectMetrics,
+    bind: str,
+    port: int | None,
+    publishing_port: int,
+    publisher: Publisher | None,
+    warn: Callable[[str], None],
+) -> None:
+    """``/metrics`` and ``/healthz`` on ``port``; by default on ``publishing_port`` when publishing
+    to a broker (a daemon) and nowhere when only writing a trace."""
+    from fabricwatch.streams.metrics_server import MetricsServer
+
+    port = port if port is not None else (publishing_port if publisher else 0)
+    if port:
+        server = stack.enter_context(MetricsServer(metrics.registry, metrics.health, bind, port))
+        warn(f"/metrics and /healthz on http://{bind}:{server.port}")
 
 
 def publishing(args: argparse.Namespace) -> bool:

@@ -8,8 +8,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from fabricwatch.cli import options
 
 if TYPE_CHECKING:
@@ -56,6 +54,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def settings_of(args: argparse.Namespace) -> SonicSettings:
     """The config file's ``sonic:`` section, with the options given on the command line over it
     and ``--redis``/``--name`` added to its switches."""
+    from fabricwatch.cli.collect_outputs import with_options
     from fabricwatch.ingest.switch_poll import SonicSettings, SwitchTarget
     from fabricwatch.schemas.config import ConfigError, ConfigFile
 
@@ -70,26 +69,21 @@ def settings_of(args: argparse.Namespace) -> SonicSettings:
         "web_bind": args.web_bind,
         "web_port": args.web_port,
     }
-    try:
-        cfg = msgspec.structs.replace(base, **{k: v for k, v in flags.items() if v is not None})
-    except ValueError as exc:
-        raise ConfigError(str(exc).replace("interval_s", "--interval")) from None
+    cfg = with_options(base, flags)
     if not cfg.switches:
         raise ConfigError("no switches: give --redis URL --name NAME, or list them in the sonic: section")
     return cfg
 
 
 def run(args: argparse.Namespace) -> int:
-    from fabricwatch.cli.collect_outputs import outcomes, outputs_of, publishing
+    from fabricwatch.cli.collect_outputs import check_destination, outcomes, outputs_of, serve_metrics
     from fabricwatch.collector_metrics import CollectMetrics
     from fabricwatch.ingest.collect import CollectStats
     from fabricwatch.ingest.sonic import SonicSwitch
     from fabricwatch.ingest.switch_poll import poll_switches
-    from fabricwatch.streams.metrics_server import MetricsServer
 
     cfg = settings_of(args)
-    if args.out is None and not publishing(args):
-        raise ValueError("nowhere to put the snapshots: give --broker HOST:PORT, --out TRACE, or both")
+    check_destination(args)
     stopping = options.Stopping()
     stop = stopping.event
     switches = [SonicSwitch(s.name, s.redis, cfg.timeout, s.config_redis, _warn) for s in cfg.switches]
@@ -104,12 +98,7 @@ def run(args: argparse.Namespace) -> int:
             outcomes(publisher) if publisher else None,
             {s.name: s.stats for s in switches},
         )
-        web_port = cfg.web_port if cfg.web_port is not None else (6069 if publisher else 0)
-        if web_port:
-            server = stack.enter_context(
-                MetricsServer(metrics.registry, metrics.health, cfg.web_bind, web_port)
-            )
-            _warn(f"/metrics and /healthz on http://{cfg.web_bind}:{server.port}")
+        serve_metrics(stack, metrics, cfg.web_bind, cfg.web_port, 6069, publisher, _warn)
         for snap in poll_switches(
             switches,
             cfg.interval_s,
