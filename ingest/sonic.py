@@ -117,7 +117,7 @@ def read_schedule(config_db: redis.Redis) -> Schedule:
         return DEFAULT_SCHEDULE
     intervals, disabled = dict(DEFAULT_SCHEDULE.interval_s), set()
     for group, entry in zip([*FLEX_DEFAULT_MS, "PFCWD"], replies, strict=True):
-        entry = {_text(k): _text(v) for k, v in entry.items()}
+        entry = {decoded(k): decoded(v) for k, v in entry.items()}
         interval = entry.get("POLL_INTERVAL", "")
         if interval.isdigit() and int(interval) > 0:
             intervals[group] = int(interval) / 1000
@@ -243,7 +243,8 @@ def _key(spec: CounterSpec) -> tuple[str, int]:
     return spec.name, -1 if spec.index is None else spec.index
 
 
-def _text(value: bytes | str) -> str:
+def decoded(value: bytes | str) -> str:
+    """A Redis reply as text (replies are bytes unless the client decodes)."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
@@ -341,7 +342,7 @@ class SonicSwitch:
         for kind in KINDS:
             pipe.hgetall(kind.name_map)
         maps = {
-            kind.name_map: {_text(k): _text(v) for k, v in reply.items()}
+            kind.name_map: {decoded(k): decoded(v) for k, v in reply.items()}
             for kind, reply in zip(KINDS, pipe.execute(), strict=True)
         }
         if not maps[KINDS[0].name_map]:

@@ -19,6 +19,7 @@ import msgspec
 
 from fabricwatch.ingest.collect import CollectStats, ProblemLog, next_boundary
 from fabricwatch.ingest.sonic import SonicSwitch, SwitchError
+from fabricwatch.ingest.sonic_topology import SiteSettings
 from fabricwatch.schemas.messages import Snapshot
 
 MAX_THREADS = 32
@@ -42,6 +43,10 @@ class SonicSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     timeout_s: float | None = None
     """Seconds one switch may take to answer (default: the interval, at most 5)."""
     switches: list[SwitchTarget] = msgspec.field(default_factory=list)
+    lldp_interval_s: float = 30.0
+    """Seconds between reads of the switches' LLDP neighbours, published to fabric.topology when
+    they changed (when publishing; 0: none)."""
+    site: SiteSettings = msgspec.field(default_factory=SiteSettings)
     web_bind: str = "127.0.0.1"
     web_port: int | None = None
     """Port of /metrics and /healthz (default: 6069 when publishing; 0: none)."""

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 import redis
 from sonic_switch import COUNTERS_DB, SwitchDb, redis_server
+from waiting import wait_for
 
 from fabricwatch.detectors.rates import RateEngine
 from fabricwatch.ingest.sonic import SonicSwitch, SwitchError
+from fabricwatch.ingest.sonic_topology import SiteSettings, TopologyWatch
 
 pytestmark = [
     pytest.mark.integration,
@@ -190,3 +192,31 @@ def free_tcp_port() -> int:
     from fabricwatch.local.broker import free_port
 
     return free_port()
+
+
+def test_lldp_neighbours_and_port_speeds_are_read_from_appl_db(db):
+    """lldp_syncd's LLDP_ENTRY_TABLE as two published examples show it, with portsyncd's speeds:
+    the collector reports the switch's links (name from the description when the port id is a
+    local alias), and says a switch whose APPL_DB it cannot read once."""
+    appl = redis.Redis.from_url(db.url, db=0)
+    appl.flushdb()
+    for key, entry in json.loads((FIXTURES / "sonic_appl_db_lldp_entries.json").read_text()).items():
+        appl.hset(key, mapping=entry)
+    appl.hset("PORT_TABLE:Ethernet0", mapping={"speed": "400000", "admin_status": "up"})
+    said: list[str] = []
+    site = SiteSettings(spines=["spine*", "swi2-*"])
+    switches = {"leaf-1": f"{db.url}/{COUNTERS_DB}", "leaf-9": f"redis://127.0.0.1:{free_tcp_port()}/2"}
+    watch = TopologyWatch(switches, site, 60, 1, said.append)
+    reports: list = []
+    assert wait_for(lambda: reports.extend(watch.due()) or (reports and watch.failures), 10)
+    again = watch.due()  # nothing changed (and the next read is not due): nothing sent again
+    watch.close()
+    appl.close()
+    (report,) = reports
+    assert report.source == "switch:leaf-1"
+    assert sorted((link.a_port, link.b_device, link.b_port, link.speed_gbps) for link in report.links) == [
+        ("Ethernet0", "spine01", "Ethernet1", 400.0),
+        ("Ethernet120", "swi2-wdf4g-1", "Ethernet8", 400.0),
+    ]
+    assert report.ecmp_groups[0].members == ["Ethernet0", "Ethernet120"]
+    assert again == [] and len([s for s in said if s.startswith("leaf-9")]) == 1

@@ -9,9 +9,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fabricwatch.cli import options
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import encode
 
 if TYPE_CHECKING:
+    from fabricwatch.ingest.sonic_topology import TopologyWatch
     from fabricwatch.ingest.switch_poll import SonicSettings
+    from fabricwatch.streams.kafka_io import Publisher
 
 HELP = "poll SONiC switches' COUNTERS_DB (Redis) into Kafka (--broker) or a trace file (--out)"
 DESCRIPTION = """Poll SONiC switches' counters out of their Redis (COUNTERS_DB: ports, queues,
@@ -42,6 +46,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--count", type=int, default=None, help="stop after this many polls (default: until stopped)"
     )
+    p.add_argument(
+        "--lldp-interval",
+        type=float,
+        default=None,
+        help="seconds between reads of the switches' LLDP neighbours (APPL_DB), published to "
+        "fabric.topology when they changed; 0 for none (default: 30 when publishing to a broker)",
+    )
     p.add_argument("--web-bind", default=None, help="address of /metrics and /healthz (default: 127.0.0.1)")
     p.add_argument(
         "--web-port",
@@ -65,6 +76,7 @@ def settings_of(args: argparse.Namespace) -> SonicSettings:
     flags = {
         "interval_s": args.interval,
         "timeout_s": args.timeout,
+        "lldp_interval_s": args.lldp_interval,
         "switches": switches,
         "web_bind": args.web_bind,
         "web_port": args.web_port,
@@ -99,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
             {s.name: s.stats for s in switches},
         )
         serve_metrics(stack, metrics, cfg.web_bind, cfg.web_port, 6069, publisher, _warn)
+        lldp = _lldp(cfg, publisher, stack)
         for snap in poll_switches(
             switches,
             cfg.interval_s,
@@ -111,11 +124,25 @@ def run(args: argparse.Namespace) -> int:
         ):
             for put in outputs:
                 put(snap)
+            for report in lldp.due() if lldp is not None else []:
+                publisher.send(topics.TOPOLOGY, report.source, encode(report), report.ts_ns)
     print(
         f"collected {stats.snapshots} snapshots of {len(switches)} switches in {stats.polls} polls "
         f"({stats.late_polls} late, {sum(stats.problems.values())} switch polls that gave nothing)"
     )
     return stopping.exit_code
+
+
+def _lldp(cfg: SonicSettings, publisher: Publisher | None, stack: ExitStack) -> TopologyWatch | None:
+    """The switches' LLDP neighbours, when publishing (a trace has no use for them)."""
+    from fabricwatch.ingest.sonic_topology import TopologyWatch
+
+    if not cfg.lldp_interval_s or publisher is None:
+        return None
+    switches = {s.name: s.redis for s in cfg.switches}
+    watch = TopologyWatch(switches, cfg.site, cfg.lldp_interval_s, cfg.timeout, _warn)
+    stack.callback(watch.close)
+    return watch
 
 
 def _warn(text: str) -> None:

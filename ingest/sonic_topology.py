@@ -1,0 +1,204 @@
+"""The fabric's topology from the switches themselves: SONiC's LLDP neighbour table, read over the
+same Redis as the counters, plus a small site description for what LLDP does not carry.
+
+lldp_syncd keeps each port's neighbour in APPL_DB (database 0) as ``LLDP_ENTRY_TABLE:<port>``
+(``lldp_rem_sys_name``, ``lldp_rem_port_id`` and its subtype, ``lldp_rem_port_desc``, ...), and
+portsyncd each port's speed in Mb/s as ``PORT_TABLE:<port>`` ``speed``. A SONiC neighbour sends its
+port alias as a locally assigned port id (subtype 7, ``Eth3(Port3)``) and its port name as the
+description (``Ethernet8``); a subtype 5 port id is the name itself.
+
+The report is a ``Topology`` with ``source="switch:NAME"``: the switch, the switches it sees, one
+link per port that faces one, and its ECMP groups (a leaf's ports toward the spines; a spine's
+ports toward one leaf, when there are several), which the detectors merge into the fabric's
+(``detectors/topology.py``). Neighbours that are not switches are hosts, which report their own
+cabling (``ingest/lldp.py``). Which switches are spines and which pod a switch is in come from the
+site description; speeds the switch does not expose, from its ``link_gbps``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import msgspec
+import redis
+
+from fabricwatch.ingest.sonic import decoded, with_db
+from fabricwatch.schemas.messages import Device, EcmpGroup, Link, Topology
+
+APPL_DB = 0
+_PORT_NAME = re.compile(r"^[A-Za-z][\w\-/.:]*\d$")
+_IFNAME_SUBTYPE = "5"
+
+
+class SiteSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """The ``site:`` part of the ``sonic:`` section: what LLDP does not say."""
+
+    spines: list[str] = msgspec.field(default_factory=lambda: ["*spine*"])
+    """Name patterns (shell-style) of the spine switches; every other switch is a leaf."""
+    pods: dict[str, str] = msgspec.field(default_factory=dict)
+    """Name pattern -> pod."""
+    link_gbps: float = 400.0
+    """A link's speed when the switch does not say (PORT_TABLE has no speed)."""
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    port: str
+    switch: str
+    switch_port: str
+
+
+def read_neighbours(appl_db: redis.Redis) -> tuple[list[Neighbour], dict[str, float]]:
+    """Every port's LLDP neighbour and every port's speed in Gb/s, in two round trips."""
+    keys = [k for k in appl_db.scan_iter(match="LLDP_ENTRY_TABLE:*", count=1000)]
+    ports = sorted(decoded(k).partition(":")[2] for k in keys)
+    pipe = appl_db.pipeline(transaction=False)
+    for port in ports:
+        pipe.hgetall(f"LLDP_ENTRY_TABLE:{port}")
+    for port in ports:
+        pipe.hget(f"PORT_TABLE:{port}", "speed")
+    replies = pipe.execute()
+    entries, speeds = replies[: len(ports)], replies[len(ports) :]
+    neighbours = []
+    for port, entry in zip(ports, entries, strict=True):
+        found = _neighbour(port, {decoded(k): decoded(v) for k, v in entry.items()})
+        if found is not None:
+            neighbours.append(found)
+    gbps = {
+        p: int(decoded(s)) / 1000 for p, s in zip(ports, speeds, strict=True) if s and decoded(s).isdigit()
+    }
+    return neighbours, gbps
+
+
+def _neighbour(port: str, entry: Mapping[str, str]) -> Neighbour | None:
+    name = entry.get("lldp_rem_sys_name") or entry.get("lldp_rem_chassis_id", "")
+    port_id, desc = entry.get("lldp_rem_port_id", ""), entry.get("lldp_rem_port_desc", "")
+    if entry.get("lldp_rem_port_id_subtype") == _IFNAME_SUBTYPE or not _PORT_NAME.match(desc):
+        far = port_id
+    else:
+        far = desc
+    return Neighbour(port, name, far) if name and far else None
+
+
+def switch_topology(
+    name: str,
+    neighbours: list[Neighbour],
+    speeds: Mapping[str, float],
+    switches: set[str],
+    site: SiteSettings,
+    ts_ns: int,
+) -> Topology:
+    """What one switch sees of the fabric. ``switches`` are the names known to be switches (the
+    collector's list); a neighbour matching the spine patterns is one too."""
+    facing = [n for n in neighbours if n.switch in switches or _role(n.switch, site) == "spine"]
+    devices = {name: _device(name, site)}
+    for n in facing:
+        devices.setdefault(n.switch, _device(n.switch, site))
+    links = [Link(name, n.port, n.switch, n.switch_port, speeds.get(n.port, site.link_gbps)) for n in facing]
+    return Topology(
+        ts_ns=ts_ns,
+        devices=list(devices.values()),
+        links=links,
+        ecmp_groups=_groups(name, facing, devices),
+        source=f"switch:{name}",
+    )
+
+
+def _groups(name: str, facing: list[Neighbour], devices: Mapping[str, Device]) -> list[EcmpGroup]:
+    """A leaf hashes over its uplinks to the spines; a spine over its links to one leaf."""
+    if devices[name].kind == "leaf":
+        members = [n.port for n in facing if devices[n.switch].kind == "spine"]
+        return [EcmpGroup(f"{name}/uplinks", name, members, toward="spines")] if len(members) >= 2 else []
+    by_leaf: dict[str, list[str]] = {}
+    for n in facing:
+        if devices[n.switch].kind == "leaf":
+            by_leaf.setdefault(n.switch, []).append(n.port)
+    return [
+        EcmpGroup(f"{name}/{leaf}", name, ports, toward=leaf)
+        for leaf, ports in by_leaf.items()
+        if len(ports) >= 2
+    ]
+
+
+def _role(name: str, site: SiteSettings) -> str:
+    return "spine" if any(fnmatch.fnmatchcase(name, p) for p in site.spines) else "leaf"
+
+
+def _device(name: str, site: SiteSettings) -> Device:
+    pod = next((pod for pattern, pod in site.pods.items() if fnmatch.fnmatchcase(name, pattern)), "")
+    return Device(name, _role(name, site), pod=pod)  # type: ignore[arg-type]
+
+
+class TopologyWatch:
+    """Each switch's LLDP view, read every ``interval_s`` in the background (a dead switch holds up
+    nothing); ``due`` returns the reports that changed since the last one sent."""
+
+    def __init__(
+        self,
+        switches: Mapping[str, str],
+        site: SiteSettings,
+        interval_s: float,
+        timeout_s: float,
+        warn: Callable[[str], None],
+    ) -> None:
+        self._switches = dict(switches)
+        self._site = site
+        self._interval_s = interval_s
+        self._timeout_s = timeout_s
+        self._warn = warn
+        self._pool = ThreadPoolExecutor(max_workers=min(8, len(switches)), thread_name_prefix="lldp")
+        self._pending: dict[str, Future] = {}
+        self._sent: dict[str, tuple] = {}
+        self._failing: set[str] = set()
+        self._next = 0.0
+        self.failures = 0
+
+    def due(self) -> list[Topology]:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self._interval_s
+            for name, url in self._switches.items():
+                if name not in self._pending:
+                    self._pending[name] = self._pool.submit(self._read, name, url)
+        reports = []
+        for name, future in list(self._pending.items()):
+            if future.done():
+                del self._pending[name]
+                report = self._outcome(name, future)
+                if report is not None:
+                    reports.append(report)
+        return reports
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _read(self, name: str, url: str) -> Topology:
+        client = redis.Redis.from_url(
+            with_db(url, APPL_DB), socket_timeout=self._timeout_s, socket_connect_timeout=self._timeout_s
+        )
+        try:
+            neighbours, speeds = read_neighbours(client)
+        finally:
+            client.close()
+        return switch_topology(name, neighbours, speeds, set(self._switches), self._site, time.time_ns())
+
+    def _outcome(self, name: str, future: Future) -> Topology | None:
+        try:
+            report = future.result()
+        except (redis.RedisError, OSError, ValueError) as exc:
+            self.failures += 1
+            if name not in self._failing:
+                self._failing.add(name)
+                self._warn(f"{name}: LLDP neighbours unreadable ({exc}); its links are not reported")
+            return None
+        self._failing.discard(name)
+        shape = (tuple(report.links), tuple(report.ecmp_groups), tuple(report.devices))
+        if self._sent.get(name) == shape:
+            return None
+        self._sent[name] = shape
+        return report

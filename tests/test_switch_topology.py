@@ -1,0 +1,62 @@
+"""The fabric's topology from the switches' own LLDP tables, merged with a topology file: each
+switch's report is authoritative for its ports (recabled uplinks move, ECMP groups follow)."""
+
+from __future__ import annotations
+
+from fabricwatch.detectors.topology import TopologyView
+from fabricwatch.ingest.sonic_topology import Neighbour, SiteSettings, switch_topology
+from fabricwatch.schemas.messages import Device, EcmpGroup, Link, Topology
+
+SITE = SiteSettings(spines=["spine*"], pods={"leaf0*": "pod0"}, link_gbps=200)
+
+
+def test_a_leaf_s_neighbours_become_links_devices_and_its_uplink_group():
+    seen = [
+        Neighbour("Ethernet0", "spine01", "Ethernet1"),
+        Neighbour("Ethernet4", "spine02", "Ethernet8"),
+        Neighbour("Ethernet8", "gpu7", "ens1f0np0"),  # a host: it reports its own cabling
+    ]
+    report = switch_topology("leaf01", seen, {"Ethernet0": 400.0}, {"leaf01", "spine01"}, SITE, 5)
+    assert report.source == "switch:leaf01"
+    assert {(d.id, d.kind, d.pod) for d in report.devices} == {
+        ("leaf01", "leaf", "pod0"),
+        ("spine01", "spine", ""),
+        ("spine02", "spine", ""),
+    }
+    assert report.links == [
+        Link("leaf01", "Ethernet0", "spine01", "Ethernet1", 400.0),
+        Link("leaf01", "Ethernet4", "spine02", "Ethernet8", 200.0),  # no PORT_TABLE speed: the site's
+    ]
+    assert report.ecmp_groups == [EcmpGroup("leaf01/uplinks", "leaf01", ["Ethernet0", "Ethernet4"], "spines")]
+
+
+def test_a_spine_groups_its_links_to_each_leaf():
+    seen = [Neighbour(f"Ethernet{4 * i}", "leaf01", f"Ethernet{64 + 4 * i}") for i in range(2)]
+    seen.append(Neighbour("Ethernet8", "leaf02", "Ethernet64"))
+    report = switch_topology("spine01", seen, {}, {"leaf01", "leaf02"}, SITE, 5)
+    assert report.ecmp_groups == [
+        EcmpGroup("spine01/leaf01", "spine01", ["Ethernet0", "Ethernet4"], "leaf01")
+    ]
+
+
+def test_switch_reports_replace_the_file_s_links_on_their_ports_and_their_groups():
+    devices = [Device("leaf01", "leaf"), Device("spine01", "spine"), Device("spine02", "spine")]
+    stale = [
+        Link("leaf01", "Ethernet0", "spine01", "Ethernet1"),
+        Link("leaf01", "Ethernet4", "spine01", "Ethernet5"),  # recabled since: now to spine02
+    ]
+    file = Topology(1, devices, stale, [EcmpGroup("leaf01/uplinks", "leaf01", ["Ethernet0", "Ethernet4"])])
+    seen = [Neighbour("Ethernet0", "spine01", "Ethernet1"), Neighbour("Ethernet4", "spine02", "Ethernet8")]
+    report = switch_topology("leaf01", seen, {}, {"leaf01"}, SITE, 5)
+    view = TopologyView()
+    view.add(file)
+    merged = view.add(report)
+    assert sorted((link.a_port, link.b_device, link.b_port) for link in merged.links) == [
+        ("Ethernet0", "spine01", "Ethernet1"),
+        ("Ethernet4", "spine02", "Ethernet8"),
+    ]
+    assert [g.members for g in merged.ecmp_groups] == [["Ethernet0", "Ethernet4"]]
+    spine_view = switch_topology(
+        "spine02", [Neighbour("Ethernet8", "leaf01", "Ethernet4")], {}, {"leaf01"}, SITE, 6
+    )
+    assert len(view.add(spine_view).links) == 2  # the same cable seen from its other end: not twice
