@@ -54,6 +54,12 @@ class Describer:
             self._describe_ecmp(incident, latest)
         else:
             self._describe_outlier(incident, group)
+        if self.fabric.lacks(incident.root.device):
+            incident.evidence["root_in_topology"] = 0
+            incident.summary += (
+                f" [{incident.root.device} is not in the topology: its links, host and job could not be"
+                " checked; publish a topology that has it]"
+            )
 
     def _describe_storm(self, incident: Incident, members: list[Symptom]) -> None:
         root = incident.root

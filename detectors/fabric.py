@@ -87,6 +87,17 @@ class FabricMap:
         """Devices one link away."""
         return self._neighbours.get(device, set())
 
+    def lacks(self, device: str) -> bool:
+        """Whether a topology is known and this device is not in it (as a device, a NIC attachment
+        or a link end): what is said about it then is not checked against the fabric."""
+        known = self._known or self._nics or self._neighbours
+        return (
+            bool(known)
+            and device not in self._known
+            and device not in self._nics
+            and device not in self._neighbours
+        )
+
     def is_nic(self, device: str) -> bool:
         return device in self._nics
 

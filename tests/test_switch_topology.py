@@ -60,3 +60,49 @@ def test_switch_reports_replace_the_file_s_links_on_their_ports_and_their_groups
         "spine02", [Neighbour("Ethernet8", "leaf01", "Ethernet4")], {}, {"leaf01"}, SITE, 6
     )
     assert len(view.add(spine_view).links) == 2  # the same cable seen from its other end: not twice
+
+
+def test_an_incident_rooted_at_a_device_the_topology_lacks_says_so(tmp_path):
+    """A storm at a NIC the topology does not know (a host added since the file was written, no
+    LLDP report yet): the anomaly says its root could not be checked, instead of a confident guess."""
+    from fabricwatch.detectors.config import DetectorConfig
+    from fabricwatch.detectors.pipeline import Pipeline
+    from fabricwatch.ingest.simulator.run import simulate
+    from fabricwatch.ingest.simulator.scenario import load_scenario
+    from fabricwatch.replay import replay_trace
+    from fabricwatch.schemas.messages import decode, encode
+    from fabricwatch.schemas.trace import TraceReader, TraceWriter
+
+    scenario = tmp_path / "storm.yaml"
+    scenario.write_text(
+        "name: s\ndescription: s\nseed: 3\nduration: 16\npoll_interval: 0.5\n"
+        "fabric: {leaves: 2, spines: 2, hosts_per_leaf: 4}\n"
+        "jobs: [{name: llm-a, hosts: 8, placement: spread,\n"
+        "        schedule: [{op: AllReduce, begin: 0, end: 16, load: 0.3}]}]\n"
+        "faults: [{kind: pfc_storm, root: h002, start: 5, duration: 8, propagation_delay: 0.4}]\n"
+    )
+    full, partial = tmp_path / "full.trace", tmp_path / "partial.trace"
+    simulate(load_scenario(scenario), full)
+    with TraceReader(full) as reader, TraceWriter(partial, "test", 1) as writer:
+        for rec in reader:
+            if rec.topic == "fabric.topology":
+                topo = decode(rec.value(), Topology)
+                topo = Topology(
+                    topo.ts_ns,
+                    [d for d in topo.devices if not d.id.startswith("h002")],
+                    [link for link in topo.links if "h002" not in (link.a_device + link.b_device)],
+                    topo.ecmp_groups,
+                    [a for a in topo.nics if a.host != "h002"],
+                )
+                writer.write(rec.topic, rec.key, rec.ts_ns, encode(topo))
+            else:
+                writer.write(rec.topic, rec.key, rec.ts_ns, rec.value())
+
+    def storms(path):
+        found = replay_trace(path, Pipeline(DetectorConfig())).anomalies
+        return [a for a in found if a.kind == "pfc_storm" and a.root.device == "h002/mlx5_0"]
+
+    known, lacking = storms(full), storms(partial)
+    assert known and all("not in the topology" not in a.summary for a in known)
+    assert lacking and all("h002/mlx5_0 is not in the topology" in a.summary for a in lacking)
+    assert lacking[0].evidence["root_in_topology"] == 0
