@@ -21,6 +21,7 @@ DEFAULT_PARTITIONS = {
     topics.COUNTERS: 12,
     topics.PHASES: 3,
     topics.TOPOLOGY: 1,
+    topics.SWITCHES: 12,
     topics.RATES: 12,
     topics.SYMPTOMS: 6,
     topics.ANOMALIES: 3,

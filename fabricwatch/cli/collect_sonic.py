@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,9 +15,11 @@ from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import encode
 
 if TYPE_CHECKING:
+    from fabricwatch.ingest.sonic import SonicSwitch, SwitchStats
     from fabricwatch.ingest.sonic_topology import TopologyWatch
-    from fabricwatch.ingest.switch_poll import SonicSettings
-    from fabricwatch.streams.kafka_io import Publisher
+    from fabricwatch.ingest.switch_poll import SonicSettings, SwitchTarget
+    from fabricwatch.streams.kafka_io import BrokerSettings, Publisher
+    from fabricwatch.switch_assignments import Assignments
 
 HELP = "poll SONiC switches' COUNTERS_DB (Redis) into Kafka (--broker) or a trace file (--out)"
 DESCRIPTION = """Poll SONiC switches' counters out of their Redis (COUNTERS_DB: ports, queues,
@@ -53,6 +57,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="seconds between reads of the switches' LLDP neighbours (APPL_DB), published to "
         "fabric.topology when they changed; 0 for none (default: 30 when publishing to a broker)",
     )
+    p.add_argument(
+        "--assigned",
+        action="store_true",
+        help="poll the switches the broker's consumer group assigns this replica from the fabric.switches "
+        "topic (run several replicas; each switch is polled by one) instead of the configured list",
+    )
+    p.add_argument(
+        "--publish-switches",
+        action="store_true",
+        help="put the configured switches on the fabric.switches topic for --assigned replicas, and exit",
+    )
     p.add_argument("--web-bind", default=None, help="address of /metrics and /healthz (default: 127.0.0.1)")
     p.add_argument(
         "--web-port",
@@ -82,7 +97,7 @@ def settings_of(args: argparse.Namespace) -> SonicSettings:
         "web_port": args.web_port,
     }
     cfg = with_options(base, flags)
-    if not cfg.switches:
+    if not cfg.switches and not args.assigned:
         raise ConfigError("no switches: give --redis URL --name NAME, or list them in the sonic: section")
     return cfg
 
@@ -91,46 +106,98 @@ def run(args: argparse.Namespace) -> int:
     from fabricwatch.cli.collect_outputs import check_destination, outcomes, outputs_of, serve_metrics
     from fabricwatch.collector_metrics import CollectMetrics
     from fabricwatch.ingest.collect import CollectStats
-    from fabricwatch.ingest.sonic import SonicSwitch
     from fabricwatch.ingest.switch_poll import poll_switches
 
     cfg = settings_of(args)
+    if args.publish_switches:
+        from fabricwatch.switch_assignments import publish_switches
+
+        sent = publish_switches(options.broker_settings(args), cfg.switches, [])
+        print(f"put {sent} of {len(cfg.switches)} switches on {topics.SWITCHES}")
+        return 0 if sent == len(cfg.switches) else 1
     check_destination(args)
     stopping = options.Stopping()
-    stop = stopping.event
-    switches = [SonicSwitch(s.name, s.redis, cfg.timeout, s.config_redis, _warn) for s in cfg.switches]
     stats = CollectStats()
+    switches: dict[str, SonicSwitch] = {}
     with ExitStack() as stack:
-        for switch in switches:
-            stack.callback(switch.close)
-        outputs, publisher = outputs_of(args, cfg.interval_s, stack, [s.name for s in switches])
-        metrics = CollectMetrics(
-            stats,
-            cfg.interval_s,
-            outcomes(publisher) if publisher else None,
-            {s.name: s.stats for s in switches},
-        )
+        stack.callback(lambda: [s.close() for s in switches.values()])
+        outputs, publisher = outputs_of(args, cfg.interval_s, stack, [s.name for s in cfg.switches])
+        published = outcomes(publisher) if publisher else None
+        switch_stats: dict[str, SwitchStats] = {}
+        metrics = CollectMetrics(stats, cfg.interval_s, published, switch_stats)
         serve_metrics(stack, metrics, cfg.web_bind, cfg.web_port, 6069, publisher, _warn)
         lldp = _lldp(cfg, publisher, stack)
-        for snap in poll_switches(
-            switches,
-            cfg.interval_s,
-            args.count,
-            _warn,
-            stats,
-            stop,
-            metrics.observe_read,
-            metrics.observe_poll,
-        ):
-            for put in outputs:
-                put(snap)
-            for report in lldp.due() if lldp is not None else []:
-                publisher.send(topics.TOPOLOGY, report.source, encode(report), report.ts_ns)
+
+        def poll(targets: list[SwitchTarget], stop: threading.Event) -> None:
+            current = [_switch(switches, t, cfg) for t in targets]
+            switch_stats.update({s.name: s.stats for s in current})
+            if not current:
+                stop.wait()
+                return
+            polls = poll_switches(
+                current,
+                cfg.interval_s,
+                args.count,
+                _warn,
+                stats,
+                stop,
+                metrics.observe_read,
+                metrics.observe_poll,
+            )
+            for snap in polls:
+                for put in outputs:
+                    put(snap)
+                for report in lldp.due() if lldp is not None else []:
+                    publisher.send(topics.TOPOLOGY, report.source, encode(report), report.ts_ns)
+
+        if args.assigned:
+            _assigned_rounds(options.broker_settings(args), stack, stopping.event, poll)
+        else:
+            poll(cfg.switches, stopping.event)
     print(
         f"collected {stats.snapshots} snapshots of {len(switches)} switches in {stats.polls} polls "
         f"({stats.late_polls} late, {sum(stats.problems.values())} switch polls that gave nothing)"
     )
     return stopping.exit_code
+
+
+def _assigned_rounds(
+    settings: BrokerSettings,
+    stack: ExitStack,
+    stop: threading.Event,
+    poll: Callable[[list[SwitchTarget], threading.Event], None],
+) -> None:
+    """Poll this replica's share of the switches, a new round whenever the share changes."""
+    from fabricwatch.switch_assignments import Assignments
+
+    assignments = Assignments(settings, _warn)
+    stack.callback(assignments.close)
+    while not stop.is_set():
+        assignments.changed.clear()
+        targets = assignments.current()
+        _warn(f"assigned {len(targets)} switches: {', '.join(t.name for t in targets) or 'none yet'}")
+        round_stop = threading.Event()
+        threading.Thread(target=_until_changed, args=(assignments, stop, round_stop), daemon=True).start()
+        poll(targets, round_stop)
+
+
+def _until_changed(assignments: Assignments, stop: threading.Event, round_stop: threading.Event) -> None:
+    """End the round when the share changes or the collector stops."""
+    while not (assignments.changed.wait(0.5) or stop.is_set()):
+        continue
+    round_stop.set()
+
+
+def _switch(switches: dict[str, SonicSwitch], target: SwitchTarget, cfg: SonicSettings) -> SonicSwitch:
+    """The poller of one switch, kept across assignment rounds (its name maps and history stay)."""
+    from fabricwatch.ingest.sonic import SonicSwitch
+
+    known = switches.get(target.name)
+    if known is None or known.url != target.redis:
+        known = switches[target.name] = SonicSwitch(
+            target.name, target.redis, cfg.timeout, target.config_redis, _warn
+        )
+    return known
 
 
 def _lldp(cfg: SonicSettings, publisher: Publisher | None, stack: ExitStack) -> TopologyWatch | None:
