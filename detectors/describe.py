@@ -54,11 +54,29 @@ class Describer:
             self._describe_ecmp(incident, latest)
         else:
             self._describe_outlier(incident, group)
-        if self.fabric.lacks(incident.root.device):
+        self._say_what_the_topology_lacks(incident)
+
+    def _say_what_the_topology_lacks(self, incident: Incident) -> None:
+        """A root the topology does not know, or a switch port it has no link for, is said to be
+        unchecked: the incident may stop short of the real root, or split in two."""
+        root, fabric = incident.root, self.fabric
+        if fabric.lacks(root.device):
             incident.evidence["root_in_topology"] = 0
             incident.summary += (
-                f" [{incident.root.device} is not in the topology: its links, host and job could not be"
+                f" [{root.device} is not in the topology: its links, host and job could not be"
                 " checked; publish a topology that has it]"
+            )
+        elif (
+            root.port
+            and not fabric.is_nic(root.device)
+            and fabric.peer(root.device, root.port) is None
+            and fabric.nic_behind(root.device, root.port) is None
+            and fabric.neighbours(root.device)
+        ):
+            incident.evidence["root_port_in_topology"] = 0
+            incident.summary += (
+                f" [{root.device} port {root.port} has no link in the topology: what is behind it is not"
+                " known, and may be the real root]"
             )
 
     def _describe_storm(self, incident: Incident, members: list[Symptom]) -> None:

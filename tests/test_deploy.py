@@ -137,3 +137,17 @@ def test_the_collector_daemonset_reads_the_node_s_sysfs_and_interfaces_unprivile
     workers = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "workers.yaml").read_text()))
     config_map = next(d for d in workers if d["kind"] == "ConfigMap")
     assert volumes["config"]["configMap"]["name"] == config_map["metadata"]["name"]
+
+
+def test_the_switch_collector_deployment_shares_switches_and_its_job_publishes_them():
+    docs = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "switch-collector.yaml").read_text()))
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    job = next(d for d in docs if d["kind"] == "Job")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    args = collect_args(container["args"])
+    assert (args.source, args.assigned, args.publish_switches) == ("sonic", True, False)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["http"] == args.web_port and container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert deployment["spec"]["replicas"] >= 2
+    publish = collect_args(job["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert publish.publish_switches and publish.config == args.config

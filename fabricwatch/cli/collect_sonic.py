@@ -131,8 +131,9 @@ def run(args: argparse.Namespace) -> int:
         def poll(targets: list[SwitchTarget], stop: threading.Event) -> None:
             current = [_switch(switches, t, cfg) for t in targets]
             switch_stats.update({s.name: s.stats for s in current})
+            while not current and not stop.wait(cfg.interval_s):
+                metrics.observe_poll(0.0)  # nothing assigned yet (or more replicas than shares): healthy
             if not current:
-                stop.wait()
                 return
             polls = poll_switches(
                 current,
