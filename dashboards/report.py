@@ -17,6 +17,7 @@ step over its bucket (a peak shows where it happened); matplotlib runs on its Ag
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -52,12 +53,14 @@ def write_report(
     max_points: int = 600,
     size_px: tuple[int, int] = (1200, 900),
     resolution: str | None = None,
+    on_chart: Callable[[Path], None] | None = None,
 ) -> list[Path]:
     """Write the charts and ``index.html`` into ``out_dir``; returns the files written (index last).
 
     Without ``start_ns``/``end_ns`` the range is all the rates stored. ``resolution`` forces a table
     (``rates_raw``, ``rates_10s``, ``rates_1m``, ``rates_1h``); by default the finest one with rates in
-    the range. Raises ValueError when the range holds no rates (nothing to draw is a mistake worth
+    the range. ``on_chart`` gets each chart as it is written (a person waits: a large store takes
+    a while). Raises ValueError when the range holds no rates (nothing to draw is a mistake worth
     saying, not an empty report)."""
     src = queries.rates_source(store, start_ns, end_ns, resolution)
     lo, hi = queries.time_range(store, src, start_ns, end_ns)
@@ -65,22 +68,28 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     incidents = queries.incidents(store, lo, hi)
     written: list[Path] = []
+
+    def wrote(path: Path) -> None:
+        written.append(path)
+        if on_chart is not None:
+            on_chart(path)
+
     ports = queries.ports_of_interest(store, src, lo, hi, incidents, max_ports)
     for n, (device, port) in enumerate(ports, 1):
         path = out_dir / f"port-{n:02d}-{_slug(device)}-{_slug(port)}.png"
         series = queries.port_series(store, src, device, port, lo, hi, bucket_ns)
         _port_timeline(series, device, port, incidents, path, size_px)
-        written.append(path)
+        wrote(path)
     shares = queries.ecmp_shares(store, src, lo, hi, bucket_ns, max_groups)
     if shares:
-        written.append(_ecmp_chart(shares, incidents, out_dir / "ecmp-shares.png", size_px))
+        wrote(_ecmp_chart(shares, incidents, out_dir / "ecmp-shares.png", size_px))
     for metric, title, name in (
         ("tx_util", "Transmit utilisation (fraction of line rate)", "heatmap-utilisation.png"),
         ("rx_pause_frac", "Paused by peer (fraction of the interval)", "heatmap-pause.png"),
     ):
         grid = queries.heatmap_grid(store, src, metric, lo, hi, bucket_ns, heatmap_ports)
         if grid is not None:
-            written.append(_heatmap_chart(grid, title, out_dir / name, size_px))
+            wrote(_heatmap_chart(grid, title, out_dir / name, size_px))
     written.append(_index(out_dir, written, incidents, lo, hi))
     return written
 

@@ -35,8 +35,10 @@ def png_size(path: Path) -> tuple[int, int]:
 
 def test_report_draws_ports_ecmp_and_heatmaps_at_the_promised_size(replayed, tmp_path):
     store, _, _ = replayed
-    paths = write_report(store, tmp_path, max_ports=5, size_px=(1000, 700))
+    drawn: list[Path] = []
+    paths = write_report(store, tmp_path, max_ports=5, size_px=(1000, 700), on_chart=drawn.append)
     pngs = [p for p in paths if p.suffix == ".png"]
+    assert drawn == pngs  # each chart is announced as it is written (a terminal's progress)
     names = [p.name for p in pngs]
     assert paths[-1] == tmp_path / "index.html"
     assert len([n for n in names if n.startswith("port-")]) == 5
@@ -97,7 +99,9 @@ def test_cli_report(replayed, tmp_path, capsys):
     _, _, data_dir = replayed
     out = tmp_path / "out"
     assert main(["report", "--data-dir", str(data_dir), "--out", str(out), "--ports", "2"]) == 0
-    assert "wrote 5 charts" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "wrote 5 charts" in captured.out
+    assert "chart 1:" not in captured.err  # progress only on a terminal
     assert len(list(out.glob("*.png"))) == 5 and (out / "index.html").is_file()
     assert main(["report", "--data-dir", str(tmp_path / "nothing"), "--out", str(out)]) == 2
     assert "no store there" in capsys.readouterr().err

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from fabricwatch.cli import options
@@ -49,6 +51,18 @@ def run(args: argparse.Namespace) -> int:
             parse_time(args.end),
             max_ports=args.ports,
             resolution=args.resolution,
+            on_chart=_progress() if sys.stderr.isatty() else None,
         )
     print(f"wrote {len(paths) - 1} charts and {paths[-1]}")
     return 0
+
+
+def _progress() -> Callable[[Path], None]:
+    """A line per chart on a terminal: drawing from a large store takes a while."""
+    drawn = [0]
+
+    def show(path: Path) -> None:
+        drawn[0] += 1
+        print(f"fabricwatch report: chart {drawn[0]}: {path.name}", file=sys.stderr, flush=True)
+
+    return show
