@@ -56,7 +56,7 @@ class EcmpDetector:
         shares = total_bytes / np.maximum(group_total, 1.0)[:, None]
         with np.errstate(divide="ignore", invalid="ignore"):
             plogp = np.where(shares > 0, shares * np.log(shares), 0.0)
-            entropy = -plogp.sum(axis=1) / np.log(n)
+            entropy = -plogp.sum(axis=1) / np.log(n) + 0.0  # + 0.0: all on one member is 0, not -0.0
             max_over_mean = shares.max(axis=1) * n
             mean = 1.0 / n
             cv = np.sqrt((np.where(index.members, (shares - mean[:, None]) ** 2, 0.0)).sum(axis=1) / n) / mean

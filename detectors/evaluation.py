@@ -9,7 +9,8 @@ overlaps no label is a false alert; benign look-alike labels never match anythin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 from fabricwatch.schemas.messages import Anomaly, Label, RootCause
 
@@ -81,6 +82,25 @@ class Evaluation:
     @property
     def false_alerts_per_hour(self) -> float:
         return self.false_alerts / self.hours if self.hours else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The score as one JSON object (``replay --json``): per kind, the counts and the ratios
+        (null where undefined: no incident, no label)."""
+        return {
+            "type": "score",
+            "false_alerts": self.false_alerts,
+            "false_alerts_per_hour": round(self.false_alerts_per_hour, 4),
+            "kinds": {
+                kind: {
+                    **asdict(score.counts()),
+                    "precision": score.precision,
+                    "recall": score.recall,
+                    "localisation": score.localisation,
+                    "delay_max_s": score.delay_max_s,
+                }
+                for kind, score in sorted(self.kinds.items())
+            },
+        }
 
 
 def incidents_of(anomalies: list[Anomaly]) -> list[Incident]:

@@ -5,6 +5,8 @@ Each test drives raw cumulative counters through the real rate engine, as a coll
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from fabricwatch.detectors.config import DetectorConfig
@@ -188,6 +190,16 @@ def test_ecmp_collapse_under_load_persists_then_fires_and_balanced_load_does_not
     out = run(stage, [sw.poll(1.0, **collapsed) for _ in range(3)])
     assert [len(s) for s in out] == [0, 0, 1]
     assert out[2][0].group == "leaf0/uplinks" and out[2][0].evidence["entropy"] < 0.3
+
+
+def test_all_traffic_on_one_member_has_entropy_zero_not_minus_zero():
+    uplinks = PORTS[2:6]
+    sw, stage = Switch("leaf0", PORTS), Stage1()
+    stage.set_topology(ecmp_topology(uplinks))
+    one = {"tx_bytes": dict(zip(uplinks, [0.97 * LINE_Bps, 0.0, 0.0, 0.0], strict=True))}
+    out = run(stage, [sw.poll(1.0)] + [sw.poll(1.0, **one) for _ in range(3)])
+    entropy = next(s for polls in out for s in polls).evidence["entropy"]
+    assert entropy == 0.0 and math.copysign(1.0, entropy) == 1.0  # printed "0.0000", not "-0.0000"
 
 
 def nic_leaf_spine() -> Topology:

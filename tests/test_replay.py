@@ -113,8 +113,22 @@ def test_replay_json_prints_anomaly_lifecycle_as_messages(tmp_path, capsys):
     trace = tmp_path / "storm.trace.gz"
     storm_trace(trace)
     assert main(["replay", "--json", str(trace)]) == 0
-    events = [msgspec.json.decode(line) for line in capsys.readouterr().out.splitlines()]
+    *events, score = [msgspec.json.decode(line) for line in capsys.readouterr().out.splitlines()]
     assert [e["status"] for e in events] == ["firing", "resolved"]
+    # the trace has labels: its score is the last line, as JSON (it once was printed only without --json)
+    assert score["type"] == "score" and score["false_alerts"] == 0
+    assert score["kinds"]["pfc_storm"] | {"delay_max_s": None} == {
+        "labels": 1,
+        "incidents": 1,
+        "true_incidents": 1,
+        "duplicates": 0,
+        "detected": 1,
+        "localised": 1,
+        "precision": 1.0,
+        "recall": 1.0,
+        "localisation": 1.0,
+        "delay_max_s": None,
+    }
     assert len({e["fingerprint"] for e in events}) == 1
     assert events[0]["root"] == {"device": "h1-nic", "port": "1", "priority": 3}
     assert events[0]["start_ns"] == T0 + 2 * 10**9  # the first stormed interval began at t=2 s

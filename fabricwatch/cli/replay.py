@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -97,6 +98,8 @@ def replay(path: Path, args: argparse.Namespace) -> int:
     for dl in result.pipeline.dead_letters:
         print(f"{dl.where}: dead letter ({dl.topic}): {dl.reason}", file=sys.stderr)
     if args.json:
+        if result.pipeline.labels:  # a labelled trace is scored in JSON too, as its last line
+            out.write(json.dumps(result.evaluation().to_json()) + "\n")
         return 0 if alerts_ok else 1
     print("\nIncidents", file=out)
     console.print_incidents(result.anomalies, out)
