@@ -413,17 +413,26 @@ def resolve_auth(
 
 
 def read_anomalies(path: Path) -> list[Anomaly]:
-    """Anomaly events as ``fabricwatch replay --json`` writes them (one JSON object a line)."""
+    """Anomaly events as ``fabricwatch replay --json`` writes them (one JSON object a line; the
+    score line it ends with for a labelled trace is not an event and is passed over)."""
     events = []
     with path.open() as f:
         for n, line in enumerate(f, 1):
-            if not line.strip():
+            if not line.strip() or _is_score(line):
                 continue
             try:
                 events.append(decode(line, Anomaly))
             except DecodeError as exc:
                 raise ValueError(f"{path}:{n}: not an anomaly event: {exc}") from None
     return events
+
+
+def _is_score(line: str) -> bool:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(obj, dict) and obj.get("type") == "score"
 
 
 def _comparable(dashboard: dict) -> dict:

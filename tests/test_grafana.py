@@ -239,8 +239,9 @@ def test_cli_push_twice_and_refused_token(grafana, tmp_path, capsys, monkeypatch
     token = tmp_path / "token"
     token.write_text(grafana.token)
     events = tmp_path / "anomalies.jsonl"
+    score = '{"type": "score", "false_alerts": 0, "kinds": {}}'  # the last line of replay --json on labels
     events.write_text(
-        encode(anomaly()).decode() + "\n" + encode(anomaly("resolved", 20, end_s=18)).decode() + "\n"
+        encode(anomaly()).decode() + "\n" + encode(anomaly("resolved", 20, end_s=18)).decode() + "\n" + score
     )
     argv = ["grafana", "push", "--url", grafana.url, "--token-file", str(token)]
     argv += ["--clickhouse-url", "clickhouse://ch.example/fabricwatch", "--anomalies", str(events)]
