@@ -119,6 +119,32 @@ def next_boundary(now_s: float, interval_s: float) -> float:
     return (math.floor(now_s / interval_s) + 1) * interval_s
 
 
+def poll_times(
+    interval_s: float,
+    count: int | None,
+    stats: CollectStats,
+    stop: threading.Event,
+    on_poll: Callable[[float], None] | None = None,
+) -> Iterator[float]:
+    """The schedule every collector polls on: yields each poll's due time, a wall-clock multiple of
+    ``interval_s``, ``count`` times (forever when None) until ``stop`` is set. When the caller's
+    poll is done it is counted and its duration goes to ``on_poll``; a poll that overran the next
+    boundary skips to the one after (counted as late), never bunching polls up."""
+    due = next_boundary(time.time(), interval_s)
+    while count is None or stats.polls < count:
+        if stop.wait(max(0.0, due - time.time())):
+            return
+        began = time.monotonic()
+        yield due
+        stats.polls += 1
+        if on_poll is not None:
+            on_poll(time.monotonic() - began)
+        due += interval_s
+        if time.time() > due:
+            stats.late_polls += 1
+            due = next_boundary(time.time(), interval_s)
+
+
 def poll(
     sysfs_root: Path,
     targets: list[NicTarget],
@@ -137,24 +163,13 @@ def poll(
     stats = stats if stats is not None else CollectStats()
     stop = stop or threading.Event()
     problems = ProblemLog(stats, warn)
-    due = next_boundary(time.time(), interval_s)
     with SysfsPorts() as ports:
-        while count is None or stats.polls < count:
-            if stop.wait(max(0.0, due - time.time())):
-                return
-            began = time.monotonic()
+        for _ in poll_times(interval_s, count, stats, stop, on_poll):
             for t in targets:
                 snap = _read(sysfs_root, t, host, ethtool, problems, ports)
                 if snap is not None:
                     stats.snapshots += 1
                     yield snap
-            stats.polls += 1
-            if on_poll is not None:
-                on_poll(time.monotonic() - began)
-            due += interval_s
-            if time.time() > due:  # the reads overran: skip to the next boundary, do not bunch up
-                stats.late_polls += 1
-                due = next_boundary(time.time(), interval_s)
 
 
 def _read(

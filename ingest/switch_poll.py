@@ -17,7 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import msgspec
 
-from fabricwatch.ingest.collect import CollectStats, ProblemLog, next_boundary
+from fabricwatch.ingest.collect import CollectStats, ProblemLog, poll_times
 from fabricwatch.ingest.sonic import SonicSwitch, SwitchError
 from fabricwatch.ingest.sonic_topology import SiteSettings
 from fabricwatch.schemas.messages import Snapshot
@@ -81,11 +81,7 @@ def poll_switches(
     problems = ProblemLog(stats, warn)
     in_flight: dict[str, Future] = {}
     with ThreadPoolExecutor(max_workers=min(MAX_THREADS, len(switches)), thread_name_prefix="switch") as pool:
-        due = next_boundary(time.time(), interval_s)
-        while count is None or stats.polls < count:
-            if stop.wait(max(0.0, due - time.time())):
-                break
-            began = time.monotonic()
+        for due in poll_times(interval_s, count, stats, stop, on_poll):
             asked = _ask(pool, switches, interval_s, in_flight, problems, on_read)
             done, _ = wait(asked.values(), timeout=max(0.0, due + interval_s - time.time() - 0.01))
             for name, future in asked.items():
@@ -93,13 +89,6 @@ def poll_switches(
                 if snap is not None:
                     stats.snapshots += 1
                     yield snap
-            stats.polls += 1
-            if on_poll is not None:
-                on_poll(time.monotonic() - began)
-            due += interval_s
-            if time.time() > due:
-                stats.late_polls += 1
-                due = next_boundary(time.time(), interval_s)
         for future in in_flight.values():
             future.cancel()
 
