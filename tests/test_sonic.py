@@ -220,3 +220,40 @@ def test_lldp_neighbours_and_port_speeds_are_read_from_appl_db(db):
     ]
     assert report.ecmp_groups[0].members == ["Ethernet0", "Ethernet120"]
     assert again == [] and len([s for s in said if s.startswith("leaf-9")]) == 1
+
+
+def test_a_server_that_answers_garbage_fails_its_poll_and_is_said(db):
+    """Something on the switch's Redis port that does not speak RESP (a web server, a wrong port):
+    that poll gives nothing, with the reason, and the next poll tries again; no exception escapes."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    stop = threading.Event()
+
+    def answer_garbage() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            conn.recv(4096)
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            conn.close()
+
+    server = threading.Thread(target=answer_garbage, daemon=True)
+    server.start()
+    port = listener.getsockname()[1]
+    switch = SonicSwitch("leaf-7", f"redis://127.0.0.1:{port}/2", timeout_s=1, warn=lambda _: None)
+    try:
+        for _ in range(2):
+            with pytest.raises(SwitchError, match=r"127\.0\.0\.1"):
+                switch.read(0.1)
+    finally:
+        stop.set()
+        server.join(timeout=5)
+        listener.close()
+    assert switch.stats.failures == 2 and switch.stats.snapshots == 0
