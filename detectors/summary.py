@@ -3,7 +3,9 @@
 A ``RateFrame`` has whatever counters the device reports (per port, per priority, per queue); a
 dashboard wants the same few numbers for every port whatever the vendor: bits and packets per
 second, pause frames and pause time summed over priorities, ECN marks summed over queues plus what
-a NIC received marked, CNPs, drops, errors, the deepest queue and the highest watermark.
+a NIC received marked, CNPs, drops, errors, the deepest queue and the highest watermark; and what
+says why a port is lossy or stalled: CRC and FEC errors, bytes dropped from queues, ingress
+priority-group drops and watermarks, the PFC watchdog's storms and the packets it dropped.
 
 The projection is a matrix per counter table (computed once per ``Layout``), so one frame costs a
 matrix product and two reductions whatever its width: no Python loop over counters. A sum is
@@ -39,14 +41,23 @@ _SUMS: dict[str, tuple[tuple[str, float], ...]] = {
         ("out_of_buffer", 1.0),
     ),
     "errors_pps": (("rx_errors", 1.0), ("tx_errors", 1.0)),
+    "crc_errors_pps": (("rx_crc_errors", 1.0),),
+    "fec_corrected_ps": (("fec_corrected_blocks", 1.0),),
+    "fec_uncorrectable_ps": (("fec_uncorrectable_blocks", 1.0),),
+    "queue_dropped_bps": (("queue_dropped_bytes", 8.0),),
+    "pg_drops_pps": (("pg_drops", 1.0),),
+    "pfcwd_storms_ps": (("pfcwd_storms_detected", 1.0),),
+    "pfcwd_dropped_pps": (("pfcwd_tx_dropped_packets", 1.0), ("pfcwd_rx_dropped_packets", 1.0)),
 }
 """Output column → the counters (every priority/queue of an indexed one) summed, with their scale."""
 
 _MAXES: dict[str, str] = {
     "queue_bytes_max": "queue_occupancy_bytes",
     "watermark_bytes_max": "queue_watermark_bytes",
+    "pg_headroom_bytes_max": "pg_headroom_watermark_bytes",
+    "pg_shared_bytes_max": "pg_shared_watermark_bytes",
 }
-"""Output column → the per-queue gauge whose maximum over the port's queues it is."""
+"""Output column → the per-queue (or per-priority-group) gauge whose maximum over the port it is."""
 
 _UTIL = {"tx_util": "tx_bps", "rx_util": "rx_bps"}
 """Utilisation columns: the bit rate over the line rate."""

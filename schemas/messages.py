@@ -249,8 +249,19 @@ PORT_RATE_COLUMNS: tuple[str, ...] = (
     "errors_pps",
     "queue_bytes_max",
     "watermark_bytes_max",
+    "crc_errors_pps",
+    "fec_corrected_ps",
+    "fec_uncorrectable_ps",
+    "queue_dropped_bps",
+    "pg_drops_pps",
+    "pfcwd_storms_ps",
+    "pfcwd_dropped_pps",
+    "pg_headroom_bytes_max",
+    "pg_shared_bytes_max",
 )
-"""What a dashboard needs of a port, in ``PortRates.columns`` order (``docs/storage.md`` defines each)."""
+"""What a dashboard needs of a port, in ``PortRates.columns`` order (``docs/storage.md`` defines each).
+The last nine say why a port is slow or lossy (link health, drops, the PFC watchdog, ingress
+buffers); a store gained them in schema v4, and a message from an earlier build lacks them."""
 
 
 class PortRates(msgspec.Struct, tag="rates", tag_field="type", omit_defaults=True):

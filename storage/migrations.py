@@ -12,12 +12,14 @@ from dataclasses import dataclass
 
 from fabricwatch.storage.schema import (
     DDL,
+    METRICS_V1,
     ROLLUPS,
     Dialect,
     SchemaOptions,
     anomalies_latest,
     anomaly_events,
     device_latest,
+    metrics_v4,
     phases,
     rates_raw,
     rollup_table,
@@ -29,7 +31,7 @@ from fabricwatch.storage.schema import (
 
 
 def _v1(g: DDL) -> list[str]:
-    out = rates_raw(g)
+    out = rates_raw(g, METRICS_V1)
     for name in ROLLUPS:
         out += rollup_v1(g, name)
     return out + device_latest(g) + anomaly_events(g) + phases(g) + topology(g)
@@ -46,6 +48,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "rates_raw, rollups 10s/1m/1h, device_latest, anomaly_events, phases, topology", _v1),
     Migration(2, "anomalies_latest: newest event per incident, backfilled", anomalies_latest),
     Migration(3, "rollups as plain sums, counts and maxima, each view reading raw rows", rollups_v3),
+    Migration(4, "link health, drops, PG watermarks and PFC watchdog metrics", metrics_v4),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

@@ -92,6 +92,8 @@ _PEAK_METRICS = {
     "tx_pause_frac",
     "queue_bytes_max",
     "watermark_bytes_max",
+    "pg_headroom_bytes_max",
+    "pg_shared_bytes_max",
 }
 """Read from a rollup as the bucket's maximum (a 15 s storm must not average away); others as its mean."""
 

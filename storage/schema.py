@@ -135,6 +135,31 @@ def _bucket(seconds: int, source: str = "rates_raw") -> str:
 
 
 RATE_METRICS = PORT_RATE_COLUMNS
+"""Every metric column of ``rates_raw`` (and, as sum, count and peak, of each rollup) today."""
+
+METRICS_V1: tuple[str, ...] = (
+    "tx_bps",
+    "rx_bps",
+    "tx_util",
+    "rx_util",
+    "tx_pps",
+    "rx_pps",
+    "rx_pause_pps",
+    "tx_pause_pps",
+    "rx_pause_frac",
+    "tx_pause_frac",
+    "ecn_marked_pps",
+    "cnp_sent_pps",
+    "cnp_received_pps",
+    "discards_pps",
+    "errors_pps",
+    "queue_bytes_max",
+    "watermark_bytes_max",
+)
+"""The metrics schema v1 was released with (and v3's rollups kept): migrations build exactly these."""
+
+METRICS_V4 = RATE_METRICS[len(METRICS_V1) :]
+"""The metrics schema v4 added after them: link health, drops and the PFC watchdog."""
 
 
 class DDL:
@@ -192,7 +217,11 @@ class DDL:
         return f"{head}\nTO {self.local(target)}\nAS {select}"
 
 
-def rates_raw(g: DDL) -> list[str]:
+def _raw_metric_type(d: Dialect) -> str:
+    return f"Nullable(Float64){d.codec('ZSTD(1)')}"
+
+
+def rates_raw(g: DDL, metrics: tuple[str, ...] = RATE_METRICS) -> list[str]:
     d = g.d
     cols = [
         f"ts {d.time_ms()}",
@@ -201,7 +230,7 @@ def rates_raw(g: DDL) -> list[str]:
         f"device_kind {d.lc()}",
         f"port {d.lc()}",
         f"dt_s Float32{d.codec('ZSTD(1)')}",
-    ] + [f"{m} Nullable(Float64){d.codec('ZSTD(1)')}" for m in RATE_METRICS]
+    ] + [f"{m} {_raw_metric_type(d)}" for m in metrics]
     cols += d.inserted()
     ttl = d.ttl(g.o.raw_ttl_days)
     return g.table(
@@ -230,7 +259,7 @@ def rollup_v1(g: DDL, name: str) -> list[str]:
         "samples AggregateFunction(count)",
     ]
     arg = d.state_of_nullable()
-    for m in RATE_METRICS:
+    for m in METRICS_V1:
         cols += [f"{m}_avg AggregateFunction(avg, {arg})", f"{m}_max AggregateFunction(max, {arg})"]
     cols += d.inserted(aggregating=True)
     ttl = d.ttl(getattr(g.o, ttl_opt))
@@ -245,12 +274,10 @@ def rollup_v1(g: DDL, name: str) -> list[str]:
     )
     if source == "rates_raw":
         count = "countState()"
-        states = [f"avgState({m}) AS {m}_avg, maxState({m}) AS {m}_max" for m in RATE_METRICS]
+        states = [f"avgState({m}) AS {m}_avg, maxState({m}) AS {m}_max" for m in METRICS_V1]
     else:
         count = "countMergeState(samples)"
-        states = [
-            f"avgMergeState({m}_avg) AS {m}_avg, maxMergeState({m}_max) AS {m}_max" for m in RATE_METRICS
-        ]
+        states = [f"avgMergeState({m}_avg) AS {m}_avg, maxMergeState({m}_max) AS {m}_max" for m in METRICS_V1]
     select = (
         f"SELECT\n    {_bucket(seconds, source)} AS ts, device, device_kind, port, {count} AS samples,\n    "
         + ",\n    ".join(states)
@@ -260,16 +287,18 @@ def rollup_v1(g: DDL, name: str) -> list[str]:
     return out
 
 
-ROLLUP_COLUMNS: tuple[str, ...] = (
-    "samples",
-    *(f"{m}_{part}" for m in RATE_METRICS for part in ("sum", "n", "max")),
-)
-"""A rollup's value columns (schema v3): ``samples`` rows, and per metric the sum and count of
-its known values and its peak. Read them with plain ``sum``/``max`` and a ``GROUP BY`` (a bucket
-may be in several rows until a merge folds them): ``sum(m_sum) / sum(m_n)`` is the mean."""
+def _rollup_metric_columns(d: Dialect, m: str) -> list[tuple[str, str]]:
+    """A rollup's columns of metric ``m`` (schema v3): the sum and count of its known values and
+    its peak. Read them with plain ``sum``/``max`` and a ``GROUP BY`` (a bucket may be in several
+    rows until a merge folds them): ``sum(m_sum) / sum(m_n)`` is the mean."""
+    return [
+        (f"{m}_sum", d.simple("sum", "Nullable(Float64)")),
+        (f"{m}_n", d.simple("sum", "UInt64")),
+        (f"{m}_max", d.simple("max", "Nullable(Float64)")),
+    ]
 
 
-def rollup_table(g: DDL, name: str, table: str) -> list[str]:
+def rollup_table(g: DDL, name: str, table: str, metrics: tuple[str, ...] = RATE_METRICS) -> list[str]:
     """The v3 rollup ``name``, created as ``table`` (the name itself, or a staging name).
 
     Plain sums, counts and maxima rather than ``avgState``/``maxState``: a state column is
@@ -286,12 +315,7 @@ def rollup_table(g: DDL, name: str, table: str) -> list[str]:
         f"port {d.lc()}",
         f"samples {d.simple('sum', 'UInt64')}",
     ]
-    for m in RATE_METRICS:
-        cols += [
-            f"{m}_sum {d.simple('sum', 'Nullable(Float64)')}",
-            f"{m}_n {d.simple('sum', 'UInt64')}",
-            f"{m}_max {d.simple('max', 'Nullable(Float64)')}",
-        ]
+    cols += [f"{col} {kind}" for m in metrics for col, kind in _rollup_metric_columns(d, m)]
     cols += d.inserted(aggregating=True)
     tail = d.ttl(getattr(g.o, ttl_opt)) + d.compact_below(100 << 20)
     engine = "AggregatingMergeTree" if d.modern else "MergeTree"
@@ -299,9 +323,9 @@ def rollup_table(g: DDL, name: str, table: str) -> list[str]:
     return g.table(table, cols, engine, order, partition, tail, shard_key="cityHash64(device)")
 
 
-def rollup_view(g: DDL, name: str) -> str:
+def rollup_view(g: DDL, name: str, metrics: tuple[str, ...] = RATE_METRICS) -> str:
     seconds = ROLLUPS[name][0]
-    values = [f"sum({m}) AS {m}_sum, count({m}) AS {m}_n, max({m}) AS {m}_max" for m in RATE_METRICS]
+    values = [f"sum({m}) AS {m}_sum, count({m}) AS {m}_n, max({m}) AS {m}_max" for m in metrics]
     select = (
         f"SELECT\n    {_bucket(seconds)} AS ts, device, device_kind, port, count() AS samples,\n    "
         + ",\n    ".join(values)
@@ -318,12 +342,13 @@ def _backfill_from_v1(g: DDL, name: str, table: str) -> str:
     db = g.o.database
     inner = ["ts", "device", "device_kind", "port", "countMerge(samples) AS n"]
     outer = ["ts", "device", "device_kind", "port", "n"]
-    for i, m in enumerate(RATE_METRICS):
+    for i, m in enumerate(METRICS_V1):
         inner += [f"avgMerge({m}_avg) AS a{i}", f"maxMerge({m}_max) AS x{i}"]
         known = f"NOT ifNull(isNaN(a{i}), 1)"
         outer += [f"if({known}, a{i} * n, NULL)", f"if({known}, n, 0)", f"if({known}, x{i}, NULL)"]
+    values = ["samples", *(col for m in METRICS_V1 for col, _ in _rollup_metric_columns(g.d, m))]
     return (
-        f"INSERT INTO {db}.{table} (ts, device, device_kind, port, {', '.join(ROLLUP_COLUMNS)})\n"
+        f"INSERT INTO {db}.{table} (ts, device, device_kind, port, {', '.join(values)})\n"
         f"SELECT {', '.join(outer)}\nFROM (\n    SELECT {', '.join(inner)}\n    FROM {db}.{name}\n"
         f"    GROUP BY ts, device, device_kind, port\n)"
     )
@@ -337,7 +362,7 @@ def rollups_v3(g: DDL) -> list[str]:
     out = [f"DROP TABLE IF EXISTS {db}.{name}_mv{cluster}" for name in ROLLUPS]
     for name in ROLLUPS:
         staging = f"{name}_v3"
-        out += rollup_table(g, name, staging)
+        out += rollup_table(g, name, staging, METRICS_V1)
         out.append(_backfill_from_v1(g, name, staging))
         out.append(f"DROP TABLE IF EXISTS {g.local(name)}{cluster}")
         if g.o.cluster:
@@ -346,7 +371,32 @@ def rollups_v3(g: DDL) -> list[str]:
         out.append(f"RENAME TABLE {g.local(staging)} TO {g.local(name)}{cluster}")
         if g.o.cluster:
             out.append(g.distributed(name, "cityHash64(device)"))
-        out.append(rollup_view(g, name))
+        out.append(rollup_view(g, name, METRICS_V1))
+    return out
+
+
+def metrics_v4(g: DDL) -> list[str]:
+    """Add ``METRICS_V4`` to ``rates_raw`` and each rollup, in place: the columns go after the
+    last v1 metric (where a new store has them, so both define the same tables), then each
+    rollup's view is replaced by one that fills them. Rows stored before have them NULL
+    (unknown), with a count of 0 in the rollups."""
+    db, cluster = g.o.database, g.on_cluster()
+    d = g.d
+    raw = [(m, _raw_metric_type(d)) for m in METRICS_V4]
+    added = {"rates_raw": (METRICS_V1[-1], raw)}
+    for name in ROLLUPS:
+        cols = [c for m in METRICS_V4 for c in _rollup_metric_columns(d, m)]
+        added[name] = (f"{METRICS_V1[-1]}_max", cols)
+    out = []
+    for table, (after, cols) in added.items():
+        adds = []
+        for col, kind in cols:
+            adds.append(f"ADD COLUMN {col} {kind} AFTER {after}")
+            after = col
+        fronts = [g.local(table)] + ([f"{db}.{table}"] if g.o.cluster else [])
+        out += [f"ALTER TABLE {front}{cluster}\n    " + ",\n    ".join(adds) for front in fronts]
+    for name in ROLLUPS:
+        out += [f"DROP TABLE IF EXISTS {db}.{name}_mv{cluster}", rollup_view(g, name)]
     return out
 
 

@@ -86,6 +86,7 @@ class Sink:
         self._stored_until: dict[str, int] = {}
         self._devices, self._kinds, self._ports = Interner(), Interner(), Interner()
         self._col_maps: dict[tuple[str, ...], np.ndarray] = {}
+        self._stored_metrics: list[tuple[int, str]] | None = None
 
     # --- buffering -------------------------------------------------------------------------------
 
@@ -228,7 +229,10 @@ class Sink:
             "port": Labels(ports, self._ports.values),
             "dt_s": np.repeat(np.fromiter((m[3] for m in msgs), dtype=np.float32, count=len(msgs)), counts),
         }
-        for j, name in enumerate(PORT_RATE_COLUMNS):
+        if self._stored_metrics is None:
+            have = set(self.store.rate_metrics())
+            self._stored_metrics = [(j, m) for j, m in enumerate(PORT_RATE_COLUMNS) if m in have]
+        for j, name in self._stored_metrics:
             columns[name] = by_metric[j]
         self.store.backend.insert(self.store.table("rates_raw"), columns)
         self.stats.rate_rows += len(ts_ns)

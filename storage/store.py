@@ -8,6 +8,7 @@ from typing import Self
 
 import numpy as np
 
+from fabricwatch.schemas.messages import PORT_RATE_COLUMNS
 from fabricwatch.storage.backends import Backend, StoreError, open_backend
 from fabricwatch.storage.migrations import (
     LATEST_VERSION,
@@ -98,6 +99,16 @@ class Store:
             applied.append(migration.version)
         self.backend.use_database()
         return applied
+
+    def rate_metrics(self) -> tuple[str, ...]:
+        """The metrics ``rates_raw`` has here, in ``PORT_RATE_COLUMNS`` order: all of them at the
+        newest schema, fewer in a database kept at an older version (``apply_schema(upto=...)``)."""
+        rows = self.backend.query(
+            f"SELECT name FROM system.columns WHERE database = '{self.options.database}' "
+            "AND table = 'rates_raw'"
+        )
+        have = {r[0] for r in rows}
+        return tuple(m for m in PORT_RATE_COLUMNS if m in have)
 
     def _record(self, migrations: list[Migration]) -> None:
         self.backend.insert(
