@@ -11,6 +11,9 @@ translator sees all of its samples.
 Offsets are committed only after the snapshots built from the records before them were
 acknowledged by the broker (at least once). A sample still open at a commit is rebuilt after a
 restart from the records after the commit, so a restart costs at most that sample.
+
+The same stream's OpenConfig LLDP neighbours and port speeds, when subscribed, become each switch's
+topology report on ``fabric.topology`` (``ingest/gnmi_topology.py``), keyed by ``switch:NAME``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 
 from fabricwatch.ingest.gnmi_messages import Format, parse_message
 from fabricwatch.ingest.gnmi_snapshots import SnapshotAssembler
+from fabricwatch.ingest.gnmi_topology import LldpAssembler
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Snapshot, encode
 from fabricwatch.streams.kafka_io import BrokerSettings, Publisher, ensure_topics
@@ -46,13 +50,14 @@ def translate(
     warn: Callable[[str], None] = print,
     from_beginning: bool = False,
     stats: TranslateStats | None = None,
+    topology: LldpAssembler | None = None,
 ) -> Publisher:
     """Translate until ``stop`` is set; the samples still open then are sent. Returns the closed
-    publisher (its stats say what was sent)."""
+    publisher (its stats say what was sent). With ``topology``, LLDP neighbours become reports."""
     from kafka import KafkaConsumer
 
     stats = stats if stats is not None else TranslateStats()
-    ensure_topics(settings, [topics.COUNTERS])
+    ensure_topics(settings, [topics.COUNTERS, topics.TOPOLOGY])
     consumer = KafkaConsumer(
         from_topic,
         **settings.kafka_kwargs(),
@@ -66,6 +71,10 @@ def translate(
     def send(snaps: list[Snapshot]) -> None:
         for snap in snaps:
             publisher.send(topics.COUNTERS, snap.device, encode(snap), snap.ts_ns)
+        if topology is not None:
+            topology.seen(snap.device for snap in snaps)
+            for report in topology.due():
+                publisher.send(topics.TOPOLOGY, report.source, encode(report), report.ts_ns)
 
     try:
         committed = time.monotonic()
@@ -77,6 +86,8 @@ def translate(
                     if parsed.problems:
                         stats.bad_messages += 1
                         _count(stats, parsed.problems, said, warn)
+                    if topology is not None and parsed.texts:
+                        topology.add(parsed.texts)
                     send(assembler.add(parsed.points))
             send(assembler.due())
             if time.monotonic() - committed >= COMMIT_EVERY_S:

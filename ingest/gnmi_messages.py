@@ -17,7 +17,11 @@ The three shapes (each with its source):
 
 Counters come as JSON numbers or, for uint64, as decimal strings (gNMI's JSON encoding). A message
 without a timestamp or a source gives no points and one problem; values that are not counters
-(state strings, booleans) are left out quietly, since subscriptions carry them beside counters.
+(state strings, booleans) are left out quietly, since subscriptions carry them beside counters,
+except the text leaves the topology is built from (``TEXT_LEAVES``: a port's LLDP neighbour and its
+speed), which come out as ``texts``. A gnmic event's ``deletes`` (pkg/formatters/event.go: the
+path without keys, the keys as tags) under an LLDP tree come out as texts with an empty value: the
+neighbour is gone.
 """
 
 from __future__ import annotations
@@ -28,6 +32,23 @@ from typing import Any, Literal, NamedTuple
 
 Format = Literal["gnmic", "telegraf"]
 _MAX_U64 = (1 << 64) - 1
+LLDP_ROOTS = ("/lldp", "/system/lldp")
+"""OpenConfig's LLDP tree, and SR Linux's native one."""
+LLDP_NEIGHBOURS = ("/lldp/interfaces/interface/neighbors/neighbor/state", "/system/lldp/interface/neighbor")
+PORT_SPEED = "/interfaces/interface/ethernet/state/port-speed"
+TEXT_LEAVES = frozenset(
+    [
+        *(
+            f"{base}/{leaf}"
+            for base in LLDP_NEIGHBOURS
+            for leaf in ("system-name", "port-id", "port-id-type", "port-description", "chassis-id")
+        ),
+        PORT_SPEED,
+    ]
+)
+"""The text leaves kept: a neighbour's state (openconfig-lldp; SR Linux's srl_nokia-lldp, whose
+gnmic events the gnmic docs' topology-cloning action reads: docs/user_guide/actions/actions.md)
+and a port's speed (openconfig-if-ethernet)."""
 
 
 class Point(NamedTuple):
@@ -37,12 +58,16 @@ class Point(NamedTuple):
     """Schema path: ``/interfaces/interface/state/counters/in-octets``."""
     keys: dict[str, str]
     """``<elem>_<key>`` -> value (gnmic's tag names), e.g. ``interface_name: Ethernet1/1``."""
-    value: int
+    value: int | str
+    """A counter; for a text leaf (``TEXT_LEAVES``) its text, ``""`` when it was deleted."""
 
 
 class Parsed(NamedTuple):
     points: list[Point]
+    """Counters."""
     problems: list[str]
+    texts: list[Point]
+    """Text leaves, and deletes under an LLDP tree."""
 
 
 def parse_message(fmt: Format, raw: bytes) -> Parsed:
@@ -51,7 +76,7 @@ def parse_message(fmt: Format, raw: bytes) -> Parsed:
     try:
         obj = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return Parsed([], [f"not JSON: {exc}"])
+        return Parsed([], [f"not JSON: {exc}"], [])
     if fmt == "telegraf":
         metrics = obj.get("metrics", [obj]) if isinstance(obj, dict) else obj
         return _gather(_telegraf_metric, metrics)
@@ -63,7 +88,7 @@ def _gather(read: Any, objects: Any) -> Parsed:
     points: list[Point] = []
     problems: list[str] = []
     if not isinstance(objects, list):
-        return Parsed([], [f"expected an object or a list of them, got {type(objects).__name__}"])
+        return Parsed([], [f"expected an object or a list of them, got {type(objects).__name__}"], [])
     for obj in objects:
         if not isinstance(obj, dict):
             problems.append(f"expected an object, got {type(obj).__name__}")
@@ -72,7 +97,10 @@ def _gather(read: Any, objects: Any) -> Parsed:
             points.extend(read(obj))
         except ValueError as exc:
             problems.append(str(exc))
-    return Parsed(points, problems)
+    texts = [p for p in points if isinstance(p.value, str)]
+    if texts:
+        points = [p for p in points if not isinstance(p.value, str)]
+    return Parsed(points, problems, texts)
 
 
 def _gnmic_object(obj: Mapping[str, Any]) -> Iterator[Point]:
@@ -89,6 +117,10 @@ def _gnmic_event(event: Mapping[str, Any]) -> Iterator[Point]:
     for path, value in (event.get("values") or {}).items():
         schema, path_keys = split_path(path)
         yield from points_of(device, ts_ns, schema, {**keys, **path_keys}, value)
+    for path in event.get("deletes") or []:
+        schema, path_keys = split_path(str(path))
+        if any(schema == root or schema.startswith(root + "/") for root in LLDP_ROOTS):
+            yield Point(device, ts_ns, schema, {**keys, **path_keys}, "")
 
 
 def _gnmic_json(msg: Mapping[str, Any]) -> Iterator[Point]:
@@ -126,6 +158,8 @@ def points_of(device: str, ts_ns: int, path: str, keys: dict[str, str], value: A
     number = _counter(value)
     if number is not None:
         yield Point(device, ts_ns, path, keys, number)
+    elif isinstance(value, str) and value and path in TEXT_LEAVES:
+        yield Point(device, ts_ns, path, keys, value)
 
 
 def split_path(path: str) -> tuple[str, dict[str, str]]:

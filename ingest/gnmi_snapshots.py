@@ -144,7 +144,7 @@ class SnapshotAssembler:
 
     def _locate(self, point: Point) -> tuple[str, CounterSpec] | None:
         """The port and column of a point, or None (counted, said once) when it has none."""
-        port, queue = _port_and_queue(point.keys)
+        port, queue = port_and_queue(point.keys)
         column = self._column(point.path, queue)
         if column is None:
             self._once(f"path:{point.path}", f"{point.path}: no counter of ours (said once per path)")
@@ -206,7 +206,7 @@ def _rows_by_leaf() -> dict[str, list[tuple[str, str]]]:
     return out
 
 
-def _port_and_queue(keys: dict[str, str]) -> tuple[str | None, str | None]:
+def port_and_queue(keys: dict[str, str]) -> tuple[str | None, str | None]:
     """The interface a point belongs to and its queue's name. Telegraf names a key by its key
     name alone: a queue's ``name`` beside an ``interface_id`` is the queue's."""
     port = next((keys[k] for k in PORT_KEYS if k in keys), None)

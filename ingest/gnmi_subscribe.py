@@ -25,6 +25,7 @@ from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
 
 from fabricwatch.ingest.collect import ProblemLog
 from fabricwatch.ingest.gnmi_messages import Point, points_of, split_path
+from fabricwatch.ingest.lldp_fabric import SiteSettings
 
 COUNTER_PATHS = (
     "/interfaces/interface/state/counters",
@@ -162,7 +163,8 @@ def notification_points(device: str, notification: Any) -> list[Point]:
         full = base.rstrip("/") + path if base != "/" else path
         value = _value(update.val)
         if value is not None:
-            points.extend(points_of(device, ts_ns, full, {**base_keys, **keys}, value))
+            found = points_of(device, ts_ns, full, {**base_keys, **keys}, value)
+            points.extend(p for p in found if not isinstance(p.value, str))  # counters only
     return points
 
 
@@ -251,6 +253,8 @@ class GnmiSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     web_bind: str = "127.0.0.1"
     web_port: int | None = None
     """Port of /metrics and /healthz (default: 6070 when publishing; 0: none)."""
+    site: SiteSettings = msgspec.field(default_factory=SiteSettings)
+    """What LLDP does not say, for the topology ``ingest gnmic|telegraf`` reports from ``/lldp``."""
 
     def __post_init__(self) -> None:
         if not 0.05 <= self.interval_s <= 60:

@@ -1,56 +1,27 @@
-"""The fabric's topology from the switches themselves: SONiC's LLDP neighbour table, read over the
-same Redis as the counters, plus a small site description for what LLDP does not carry.
+"""The fabric's topology from SONiC switches: the LLDP neighbour table, read over the same Redis as
+the counters, turned into a switch's report by ``lldp_fabric.switch_topology``.
 
 lldp_syncd keeps each port's neighbour in APPL_DB (database 0) as ``LLDP_ENTRY_TABLE:<port>``
 (``lldp_rem_sys_name``, ``lldp_rem_port_id`` and its subtype, ``lldp_rem_port_desc``, ...), and
 portsyncd each port's speed in Mb/s as ``PORT_TABLE:<port>`` ``speed``. A SONiC neighbour sends its
 port alias as a locally assigned port id (subtype 7, ``Eth3(Port3)``) and its port name as the
 description (``Ethernet8``); a subtype 5 port id is the name itself.
-
-The report is a ``Topology`` with ``source="switch:NAME"``: the switch, the switches it sees, one
-link per port that faces one, and its ECMP groups (a leaf's ports toward the spines; a spine's
-ports toward one leaf, when there are several), which the detectors merge into the fabric's
-(``detectors/topology.py``). Neighbours that are not switches are hosts, which report their own
-cabling (``ingest/lldp.py``). Which switches are spines and which pod a switch is in come from the
-site description; speeds the switch does not expose, from its ``link_gbps``.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import re
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 
-import msgspec
 import redis
 
+from fabricwatch.ingest.lldp_fabric import Neighbour, SiteSettings, neighbour, switch_topology
 from fabricwatch.ingest.sonic import decoded, with_db
-from fabricwatch.schemas.messages import Device, EcmpGroup, Link, Topology
+from fabricwatch.schemas.messages import Topology
 
 APPL_DB = 0
-_PORT_NAME = re.compile(r"^[A-Za-z][\w\-/.:]*\d$")
 _IFNAME_SUBTYPE = "5"
-
-
-class SiteSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    """The ``site:`` part of the ``sonic:`` section: what LLDP does not say."""
-
-    spines: list[str] = msgspec.field(default_factory=lambda: ["*spine*"])
-    """Name patterns (shell-style) of the spine switches; every other switch is a leaf."""
-    pods: dict[str, str] = msgspec.field(default_factory=dict)
-    """Name pattern -> pod."""
-    link_gbps: float = 400.0
-    """A link's speed when the switch does not say (PORT_TABLE has no speed)."""
-
-
-@dataclass(frozen=True)
-class Neighbour:
-    port: str
-    switch: str
-    switch_port: str
 
 
 def read_neighbours(appl_db: redis.Redis) -> tuple[list[Neighbour], dict[str, float]]:
@@ -76,62 +47,13 @@ def read_neighbours(appl_db: redis.Redis) -> tuple[list[Neighbour], dict[str, fl
 
 
 def _neighbour(port: str, entry: Mapping[str, str]) -> Neighbour | None:
-    name = entry.get("lldp_rem_sys_name") or entry.get("lldp_rem_chassis_id", "")
-    port_id, desc = entry.get("lldp_rem_port_id", ""), entry.get("lldp_rem_port_desc", "")
-    if entry.get("lldp_rem_port_id_subtype") == _IFNAME_SUBTYPE or not _PORT_NAME.match(desc):
-        far = port_id
-    else:
-        far = desc
-    return Neighbour(port, name, far) if name and far else None
-
-
-def switch_topology(
-    name: str,
-    neighbours: list[Neighbour],
-    speeds: Mapping[str, float],
-    switches: set[str],
-    site: SiteSettings,
-    ts_ns: int,
-) -> Topology:
-    """What one switch sees of the fabric. ``switches`` are the names known to be switches (the
-    collector's list); a neighbour matching the spine patterns is one too."""
-    facing = [n for n in neighbours if n.switch in switches or _role(n.switch, site) == "spine"]
-    devices = {name: _device(name, site)}
-    for n in facing:
-        devices.setdefault(n.switch, _device(n.switch, site))
-    links = [Link(name, n.port, n.switch, n.switch_port, speeds.get(n.port, site.link_gbps)) for n in facing]
-    return Topology(
-        ts_ns=ts_ns,
-        devices=list(devices.values()),
-        links=links,
-        ecmp_groups=_groups(name, facing, devices),
-        source=f"switch:{name}",
+    return neighbour(
+        port,
+        entry.get("lldp_rem_sys_name") or entry.get("lldp_rem_chassis_id", ""),
+        entry.get("lldp_rem_port_id", ""),
+        entry.get("lldp_rem_port_id_subtype") == _IFNAME_SUBTYPE,
+        entry.get("lldp_rem_port_desc", ""),
     )
-
-
-def _groups(name: str, facing: list[Neighbour], devices: Mapping[str, Device]) -> list[EcmpGroup]:
-    """A leaf hashes over its uplinks to the spines; a spine over its links to one leaf."""
-    if devices[name].kind == "leaf":
-        members = [n.port for n in facing if devices[n.switch].kind == "spine"]
-        return [EcmpGroup(f"{name}/uplinks", name, members, toward="spines")] if len(members) >= 2 else []
-    by_leaf: dict[str, list[str]] = {}
-    for n in facing:
-        if devices[n.switch].kind == "leaf":
-            by_leaf.setdefault(n.switch, []).append(n.port)
-    return [
-        EcmpGroup(f"{name}/{leaf}", name, ports, toward=leaf)
-        for leaf, ports in by_leaf.items()
-        if len(ports) >= 2
-    ]
-
-
-def _role(name: str, site: SiteSettings) -> str:
-    return "spine" if any(fnmatch.fnmatchcase(name, p) for p in site.spines) else "leaf"
-
-
-def _device(name: str, site: SiteSettings) -> Device:
-    pod = next((pod for pattern, pod in site.pods.items() if fnmatch.fnmatchcase(name, pattern)), "")
-    return Device(name, _role(name, site), pod=pod)  # type: ignore[arg-type]
 
 
 class TopologyWatch:

@@ -18,8 +18,8 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 import msgspec
 
 from fabricwatch.ingest.collect import CollectStats, ProblemLog, poll_times
+from fabricwatch.ingest.lldp_fabric import SiteSettings
 from fabricwatch.ingest.sonic import SonicSwitch, SwitchError
-from fabricwatch.ingest.sonic_topology import SiteSettings
 from fabricwatch.schemas.messages import Snapshot
 
 MAX_THREADS = 32

@@ -1,7 +1,8 @@
 """`fabricwatch ingest gnmic|telegraf` as the translator stage it is: messages in gnmic's event
 format and in Telegraf's JSON serializer's shape on a topic of a real broker (Tansu), two switches
 interleaved, with repeated, late and broken messages and a switch that stops; the translator
-process publishes snapshots that two workers turn into rates equal to the counters' deltas."""
+process publishes snapshots that two workers turn into rates equal to the counters' deltas, and
+leaf1's OpenConfig LLDP neighbours as its topology report."""
 
 from __future__ import annotations
 
@@ -17,20 +18,23 @@ from streaming import Collector
 from waiting import wait_for
 
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, PortRates, decode
+from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, PortRates, Topology, decode
 from fabricwatch.streams.kafka_io import Publisher, ensure_topics
 
 pytestmark = pytest.mark.integration
 SAMPLES = 6
 OCTETS_PER_S = {"leaf1": 1_250_000_000, "leaf2": 400_000_000}
 OC = "/interfaces/interface/state/counters"
+LLDP = "/lldp/interfaces/interface/neighbors/neighbor/state"
+UPLINKS = {"Ethernet1": ("spine-1", "Ethernet5"), "Ethernet2": ("spine-2", "Ethernet5")}
+"""leaf1's LLDP neighbours, sent with its first sample."""
 
 
 def gnmic_messages(device: str, ts_ns: int, octets: int) -> list[bytes]:
     """One sample of one switch as gnmic's Kafka output writes it in event format: one message per
     notification, one leaf each."""
     tags = {"source": f"{device}:6030", "subscription-name": "counters", "interface_name": "Ethernet8"}
-    return [
+    out = [
         json.dumps(
             [{"name": "counters", "timestamp": ts_ns + 1000 * i, "tags": tags, "values": {path: value}}]
         ).encode()
@@ -38,6 +42,22 @@ def gnmic_messages(device: str, ts_ns: int, octets: int) -> list[bytes]:
             [(f"{OC}/out-octets", str(octets)), (f"{OC}/in-octets", octets // 2), (f"{OC}/in-fcs-errors", 0)]
         )
     ]
+    if device == "leaf1" and octets == 0:
+        for port, (far, far_port) in UPLINKS.items():
+            lldp_tags = {"source": f"{device}:6030", "interface_name": port, "neighbor_id": far}
+            for leaf, value in (
+                ("system-name", far),
+                ("port-id", far_port),
+                ("port-id-type", "INTERFACE_NAME"),
+            ):
+                event = {
+                    "name": "lldp",
+                    "timestamp": ts_ns,
+                    "tags": lldp_tags,
+                    "values": {f"{LLDP}/{leaf}": value},
+                }
+                out.append(json.dumps([event]).encode())
+    return out
 
 
 def telegraf_messages(device: str, ts_ns: int, octets: int) -> list[bytes]:
@@ -54,7 +74,17 @@ def telegraf_messages(device: str, ts_ns: int, octets: int) -> list[bytes]:
         },
         "timestamp": ts_ns // 10**6,
     }
-    return [json.dumps(metric).encode()]
+    out = [json.dumps(metric).encode()]
+    if device == "leaf1" and octets == 0:
+        for port, (far, far_port) in UPLINKS.items():
+            fields = {"system_name": far, "port_id": far_port, "port_id_type": "INTERFACE_NAME"}
+            tags = {"source": device, "path": LLDP, "name": port, "id": far}
+            out.append(
+                json.dumps(
+                    {"fields": fields, "name": "lldp", "tags": tags, "timestamp": ts_ns // 10**6}
+                ).encode()
+            )
+    return out
 
 
 @pytest.mark.parametrize(("fmt", "write"), [("gnmic", gnmic_messages), ("telegraf", telegraf_messages)])
@@ -64,6 +94,7 @@ def test_the_translator_turns_a_topic_of_gnmi_telemetry_into_the_switches_rates(
     for w in workers:
         w.wait_ready()
     rates = Collector(broker, topics.RATES)
+    reports = Collector(broker, topics.TOPOLOGY)
     publisher = Publisher(broker)
     t0 = (int(time.time()) - SAMPLES - 5) * 10**9
     for i in range(SAMPLES):
@@ -91,7 +122,7 @@ def test_the_translator_turns_a_topic_of_gnmi_telemetry_into_the_switches_rates(
     )
     want = (SAMPLES - 1) + (SAMPLES - 3)  # rates: one per sample after each switch's first
     try:
-        assert wait_for(lambda: len(rates.records) >= want, 90)
+        assert wait_for(lambda: len(rates.records) >= want and reports.records, 90)
     finally:
         translator.send_signal(signal.SIGTERM)
         out, err = translator.communicate(timeout=30)
@@ -100,6 +131,14 @@ def test_the_translator_turns_a_topic_of_gnmi_telemetry_into_the_switches_rates(
     assert "without a timestamp" in err and "not JSON" in err
     points_per_message = {"gnmic": 1, "telegraf": 3}[fmt]  # a Telegraf metric carries the whole sample
     assert f"{2 * points_per_message} late, {2 * points_per_message} repeated" in out, out
+
+    assert "topology: 1 reports from 6 LLDP values" in out, out
+    (report,) = [decode(r.value, Topology) for r in reports.stop()]
+    assert report.source == "switch:leaf1"
+    assert {(link.a_port, link.b_device, link.b_port) for link in report.links} == {
+        (port, *far) for port, far in UPLINKS.items()
+    }
+    assert [g.members for g in report.ecmp_groups] == [["Ethernet1", "Ethernet2"]]
 
     tx, rx = PORT_RATE_COLUMNS.index("tx_bps"), PORT_RATE_COLUMNS.index("rx_bps")
     messages = [decode(r.value, PortRates) for r in rates.stop()]

@@ -15,8 +15,9 @@ from sonic_switch import COUNTERS_DB, SwitchDb, redis_server
 from waiting import wait_for
 
 from fabricwatch.detectors.rates import RateEngine
+from fabricwatch.ingest.lldp_fabric import SiteSettings
 from fabricwatch.ingest.sonic import SonicSwitch, SwitchError
-from fabricwatch.ingest.sonic_topology import SiteSettings, TopologyWatch
+from fabricwatch.ingest.sonic_topology import TopologyWatch
 
 pytestmark = [
     pytest.mark.integration,

@@ -4,7 +4,7 @@ switch's report is authoritative for its ports (recabled uplinks move, ECMP grou
 from __future__ import annotations
 
 from fabricwatch.detectors.topology import TopologyView
-from fabricwatch.ingest.sonic_topology import Neighbour, SiteSettings, switch_topology
+from fabricwatch.ingest.lldp_fabric import Neighbour, SiteSettings, switch_topology
 from fabricwatch.schemas.messages import Device, EcmpGroup, Link, Topology
 
 SITE = SiteSettings(spines=["spine*"], pods={"leaf0*": "pod0"}, link_gbps=200)

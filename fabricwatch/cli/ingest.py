@@ -14,7 +14,10 @@ json serializer) writes switch telemetry to, group each device's values by sampl
 snapshot, map OpenConfig paths (interfaces, Ethernet, QoS queues) and SR Linux's native
 statistics onto fabricwatch's counters, and publish the snapshots to fabric.counters. Run as many
 as the topic has partitions (one consumer group); keep each device on one partition (gnmic
-insert-key: true, Telegraf routing_tag = "source"). SIGTERM or Ctrl-C sends what is open and stops."""
+insert-key: true, Telegraf routing_tag = "source"). Where the subscription includes OpenConfig /lldp
+(and the ports' ethernet state for their speeds), each switch's links to the others go to
+fabric.topology once its neighbour table settles, with spines and pods from the config's gnmi: site:.
+SIGTERM or Ctrl-C sends what is open and stops."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("format", choices=("gnmic", "telegraf"), help="who writes the topic")
     p.add_argument("--from-topic", required=True, help="the topic gnmic's or Telegraf's Kafka output writes")
     options.add_broker(p, "Kafka bootstrap HOST:PORT of both topics")
-    options.add_config(p, section="broker")
+    options.add_config(p, section="broker and gnmi")
     p.add_argument("--group", default=None, help="consumer group (default: fabricwatch-ingest-FORMAT)")
     p.add_argument(
         "--from-beginning",
@@ -41,11 +44,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=2.0,
         help="seconds to wait for a device's next sample before sending the open one (default: 2)",
     )
+    p.add_argument(
+        "--no-topology",
+        action="store_true",
+        help="publish no topology from the switches' /lldp neighbours (default: publish it)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from fabricwatch.gnmi_ingest import TranslateStats, translate
     from fabricwatch.ingest.gnmi_snapshots import SnapshotAssembler
+    from fabricwatch.ingest.gnmi_subscribe import GnmiSettings
+    from fabricwatch.ingest.gnmi_topology import LldpAssembler
+    from fabricwatch.schemas.config import ConfigFile
 
     if not 0 < args.window < 60 or not 0 < args.grace < 600:
         raise ValueError("--window must be between 0 and 60 s and --grace between 0 and 600 s")
@@ -53,12 +64,28 @@ def run(args: argparse.Namespace) -> int:
     stopping = options.Stopping()
     stop = stopping.event
     assembler = SnapshotAssembler(args.window, args.grace, _warn)
+    topology = None
+    if not args.no_topology:
+        site = ConfigFile(args.config).section("gnmi", GnmiSettings).site if args.config else None
+        topology = LldpAssembler(site, settle_s=args.grace)
     stats = TranslateStats()
     group = args.group or f"fabricwatch-ingest-{args.format}"
     publisher = translate(
-        settings, args.format, args.from_topic, group, assembler, stop, _warn, args.from_beginning, stats
+        settings,
+        args.format,
+        args.from_topic,
+        group,
+        assembler,
+        stop,
+        _warn,
+        args.from_beginning,
+        stats,
+        topology,
     )
     a, p = assembler.stats, publisher.stats
+    if topology is not None and topology.stats.leaves:
+        t = topology.stats
+        print(f"topology: {t.reports} reports from {t.leaves} LLDP values and {t.deletes} deletes")
     print(
         f"read {stats.messages} messages ({stats.bad_messages} with problems), {a.points} values; "
         f"sent {a.snapshots} snapshots ({p.acked} acked, {p.failed} failed, {p.dropped} dropped); "
