@@ -37,7 +37,7 @@ class CollectSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     devices: list[str] = msgspec.field(default_factory=list)
     """RDMA devices to read (default: every one under sysfs)."""
     vendors: dict[str, str] = msgspec.field(default_factory=dict)
-    """Device -> counter map, for drivers the collector does not know (``hfi1_0: ib``)."""
+    """Device -> counter map, for drivers the collector does not know (``hns_0: ib``)."""
     ethtool: Literal["ioctl", "command", "none"] = "ioctl"
     sysfs_root: str = "/sys"
     host: str = ""

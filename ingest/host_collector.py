@@ -24,13 +24,36 @@ ETHTOOL_TIMEOUT_S = 5.0
 # out_of_buffer is the RDMA queue counter rather than the netdev's rx_out_of_buffer; ethtool comes
 # before the IB PMA counters because its port counters are exact octets and 64-bit, where PMA error
 # counters saturate at 8 or 16 bits. "ib" is any HCA read through the standard PMA counters alone.
+# "irdma" is Intel's E810 (ice netdev), "x722" its X722 (i40e netdev, iWARP); "ionic" has no
+# hw_counters map (its RDMA counters are named by the firmware, see vendor_map.csv) and "mlx4" none
+# worth mapping (ConnectX-3 has no congestion counters).
 SOURCE_ORDER: dict[str, tuple[str | None, str | None, str]] = {
     "mlx5": ("mlx5_hw_counters", "mlx5_ethtool", "ib_counters"),
     "bnxt": ("bnxt_re_hw_counters", "bnxt_ethtool", "ib_counters"),
+    "irdma": ("irdma_hw_counters", "ice_ethtool", "ib_counters"),
+    "x722": ("irdma_hw_counters", "i40e_ethtool", "ib_counters"),
+    "ionic": (None, "ionic_ethtool", "ib_counters"),
+    "mlx4": (None, "mlx4_ethtool", "ib_counters"),
     "ib": (None, None, "ib_counters"),
 }
-_DRIVER_VENDOR = {"mlx5_core": "mlx5", "mlx5_ib": "mlx5", "bnxt_en": "bnxt", "bnxt_re": "bnxt"}
-_NAME_PREFIX_VENDOR = {"mlx5": "mlx5", "bnxt_re": "bnxt"}
+_DRIVER_VENDOR = {
+    "mlx5_core": "mlx5",
+    "mlx5_ib": "mlx5",
+    "bnxt_en": "bnxt",
+    "bnxt_re": "bnxt",
+    "ice": "irdma",
+    "i40e": "x722",
+    "ionic": "ionic",
+    "ionic_rdma": "ionic",
+    "mlx4_core": "mlx4",
+    "mlx4_ib": "mlx4",
+    "hfi1": "ib",
+    "qib": "ib",
+}
+"""The device's driver, or its parent's (an auxiliary RDMA device's PCI function), -> vendor."""
+_BY_PARENT = {"irdma", "i40iw"}
+"""Drivers that serve two NIC families: the PCI function's driver (ice or i40e) tells which."""
+_NAME_PREFIX_VENDOR = {"mlx5": "mlx5", "bnxt_re": "bnxt", "mlx4_": "mlx4", "hfi1_": "ib", "qib": "ib"}
 
 
 class EthtoolError(RuntimeError):
@@ -98,9 +121,14 @@ def _sources(vendor: str) -> tuple[str | None, str | None, str]:
 
 
 def detect_vendor(dev_dir: Path) -> str:
-    """``mlx5`` or ``bnxt``, from the device's kernel driver, else from its name (mlx5_0, bnxt_re0)."""
+    """A key of ``SOURCE_ORDER`` from the device's kernel driver (for irdma and i40iw, from the PCI
+    function's under it: ice or i40e), else from its name (mlx5_0, bnxt_re0, mlx4_0, hfi1_0)."""
     driver = dev_dir / "device" / "driver"
-    by_driver = _DRIVER_VENDOR.get(driver.resolve().name) if driver.exists() else None
+    name = driver.resolve().name if driver.exists() else None
+    if name in _BY_PARENT:
+        parent = dev_dir / "device" / ".." / "driver"
+        name = parent.resolve().name if parent.exists() else name
+    by_driver = _DRIVER_VENDOR.get(name) if name is not None else None
     if by_driver is not None:
         return by_driver
     for prefix, vendor in _NAME_PREFIX_VENDOR.items():

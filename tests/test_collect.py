@@ -82,15 +82,16 @@ def test_unknown_device_and_bad_interval_are_clear_errors(sysfs, tmp_path, capsy
     assert "between 0.1 and 10" in capsys.readouterr().err
 
 
-def hfi1_beside(sysfs: Path) -> None:
-    """An Omni-Path HFI (hfi1 driver, no counter map of its own) next to the mlx5 NIC: standard IB
-    port counters only, as its driver exposes them."""
-    dev = sysfs / "class" / "infiniband" / "hfi1_0"
+def unmapped_beside(sysfs: Path) -> None:
+    """A HiSilicon RoCE device (hns_roce_hw_v2 driver, no counter map of its own) next to the mlx5
+    NIC, with the standard IB port counters. (Found with an hfi1_0, which the collector now knows:
+    test_nic_families.py.)"""
+    dev = sysfs / "class" / "infiniband" / "hns_0"
     counters = dev / "ports" / "1" / "counters"
     counters.mkdir(parents=True)
     for name, value in {"port_xmit_data": 1000, "port_rcv_data": 2000, "port_xmit_packets": 10}.items():
         (counters / name).write_text(f"{value}\n")
-    driver = sysfs / "bus" / "pci" / "drivers" / "hfi1"
+    driver = sysfs / "bus" / "pci" / "drivers" / "hns_roce_hw_v2"
     driver.mkdir(parents=True)
     (dev / "device").mkdir()
     (dev / "device" / "driver").symlink_to(driver)
@@ -99,23 +100,24 @@ def hfi1_beside(sysfs: Path) -> None:
 def test_a_device_without_a_counter_map_costs_only_itself(sysfs, tmp_path, capsys):
     """Found: an hfi1_0 beside mlx5_0 made collect write nothing at all ("cannot tell the NIC
     vendor"), with no option to say the vendor."""
-    hfi1_beside(sysfs)
+    unmapped_beside(sysfs)
     out = tmp_path / "host.trace"
     argv = ["collect", "--sysfs-root", str(sysfs), "--out", str(out), "--interval", "0.1", "--no-ethtool"]
     assert main([*argv, "--count", "3"]) == 0
     err = capsys.readouterr().err
-    assert err.count("hfi1_0: no counter map for its driver (hfi1)") == 1  # said once, not per poll
+    assert err.count("hns_0: no counter map for its driver (hns_roce_hw_v2)") == 1  # said once, not per poll
     with TraceReader(out) as reader:
         assert [decode(r.value(), Snapshot).device.split("/")[1] for r in reader] == ["mlx5_0"] * 3
 
-    assert main([*argv, "--count", "2", "--vendor", "hfi1_0=ib"]) == 0
+    assert main([*argv, "--count", "2", "--vendor", "hns_0=ib"]) == 0
     with TraceReader(out) as reader:
         snaps = [decode(r.value(), Snapshot) for r in reader]
-    hfi = [s for s in snaps if s.device.endswith("/hfi1_0")]
-    assert len(snaps) == 4 and len(hfi) == 2 and hfi[0].source == "ib_counters"
-    assert main([*argv, "--vendor", "hfi1_0=opa"]) == 2
+    hns = [s for s in snaps if s.device.endswith("/hns_0")]
+    assert len(snaps) == 4 and len(hns) == 2 and hns[0].source == "ib_counters"
+    assert main([*argv, "--vendor", "hns_0=hisilicon"]) == 2
+    known = "mlx5, bnxt, irdma, x722, ionic, mlx4, ib"
     assert (
-        "--vendor hfi1_0=opa: expected DEVICE=VENDOR, VENDOR one of mlx5, bnxt, ib" in capsys.readouterr().err
+        f"--vendor hns_0=hisilicon: expected DEVICE=VENDOR, VENDOR one of {known}" in capsys.readouterr().err
     )
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from fabricwatch.ingest.host_collector import SOURCE_ORDER
 from fabricwatch.ingest.mapping import (
     build_combined_snapshot,
     build_snapshot,
@@ -33,6 +34,11 @@ SOURCES = {
     "bnxt_ethtool",
     "mlx5_hw_counters",
     "bnxt_re_hw_counters",
+    "irdma_hw_counters",
+    "ice_ethtool",
+    "i40e_ethtool",
+    "ionic_ethtool",
+    "mlx4_ethtool",
     "ib_counters",
     "sonic_port",
     "sonic_queue",
@@ -66,6 +72,8 @@ def telegraf_fields(line: str) -> dict[str, int]:
 def test_table_covers_the_sources_collectors_use():
     assert set(known_sources()) == SOURCES
     assert {row["source"] for row in table_rows()} == SOURCES
+    used = {source for sources in SOURCE_ORDER.values() for source in sources if source is not None}
+    assert used <= SOURCES, "every vendor the host collector knows reads through rows of the table"
 
 
 @pytest.mark.parametrize("row", table_rows(), ids=lambda r: f"{r['source']}:{r['vendor_name']}")
