@@ -25,7 +25,7 @@ from typing import Literal
 import msgspec
 
 from fabricwatch.ingest.host_collector import EthtoolError, collect_nic, ethtool_command
-from fabricwatch.ingest.parsers import EthtoolStats
+from fabricwatch.ingest.parsers import EthtoolStats, RdmaStatistic
 from fabricwatch.ingest.sysfs import SysfsPorts
 from fabricwatch.schemas.messages import Snapshot
 
@@ -39,6 +39,8 @@ class CollectSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     vendors: dict[str, str] = msgspec.field(default_factory=dict)
     """Device -> counter map, for drivers the collector does not know (``hns_0: ib``)."""
     ethtool: Literal["ioctl", "command", "none"] = "ioctl"
+    rdma_statistic: bool = False
+    """Also read every link's hw counters with ``rdma -j statistic show`` (one fork per poll)."""
     sysfs_root: str = "/sys"
     host: str = ""
     """Host name in device ids (default: this host's); ``FABRICWATCH_HOST`` overrides it."""
@@ -156,17 +158,21 @@ def poll(
     stats: CollectStats | None = None,
     stop: threading.Event | None = None,
     on_poll: Callable[[float], None] | None = None,
+    rdma_statistic: Callable[[], RdmaStatistic] | None = None,
 ) -> Iterator[Snapshot]:
     """Yield one snapshot per readable device per poll, ``count`` polls (forever when None), until
     ``stop`` is set (checked while waiting for the next poll). ``on_poll`` gets each poll's
-    duration in seconds, reads and hand-over of its snapshots included."""
+    duration in seconds, reads and hand-over of its snapshots included. ``rdma_statistic``, once
+    per poll, adds every link's netlink hw counters to what sysfs has."""
     stats = stats if stats is not None else CollectStats()
     stop = stop or threading.Event()
     problems = ProblemLog(stats, warn)
     with SysfsPorts() as ports:
         for _ in poll_times(interval_s, count, stats, stop, on_poll):
+            netlink = _netlink_counters(rdma_statistic, problems) if rdma_statistic is not None else {}
             for t in targets:
-                snap = _read(sysfs_root, t, host, ethtool, problems, ports)
+                mine = {str(port): c for (dev, port), c in netlink.items() if dev == t.ib_dev}
+                snap = _read(sysfs_root, t, host, ethtool, problems, ports, mine)
                 if snap is not None:
                     stats.snapshots += 1
                     yield snap
@@ -179,18 +185,49 @@ def _read(
     ethtool: Callable[[str], EthtoolStats] | None,
     problems: ProblemLog,
     ports: SysfsPorts,
+    netlink: dict[str, dict[str, int]],
 ) -> Snapshot | None:
     ts_ns = time.time_ns()
     counters = _ethtool_counters(t, ethtool, problems) if ethtool is not None and t.netdev else None
     try:
         snap = collect_nic(
-            sysfs_root, t.ib_dev, t.netdev, counters, ts_ns, host=host, vendor=t.vendor, read_port=ports.read
+            sysfs_root,
+            t.ib_dev,
+            t.netdev,
+            counters,
+            ts_ns,
+            host=host,
+            vendor=t.vendor,
+            read_port=ports.read,
+            netlink=netlink,
         )
     except (ValueError, OSError) as exc:
         problems.failed(t.ib_dev, "device", f"{exc}; skipped")
         return None
     problems.ok(t.ib_dev, "device")
     return snap
+
+
+RDMA_STATISTIC = "rdma statistic"
+"""Where ``rdma statistic`` trouble is counted and said: it is one read for every device."""
+
+
+def _netlink_counters(
+    read: Callable[[], RdmaStatistic], problems: ProblemLog
+) -> dict[tuple[str, int], dict[str, int]]:
+    """Every link's counters from one ``rdma statistic`` read, or none this poll when it fails."""
+    try:
+        parsed = read()
+    except (EthtoolError, ValueError) as exc:
+        problems.failed(RDMA_STATISTIC, "read", f"{exc}; hw_counters from sysfs only")
+        return {}
+    problems.ok(RDMA_STATISTIC, "read")
+    if parsed.problems:
+        more = f" (and {len(parsed.problems) - 1} more)" if len(parsed.problems) > 1 else ""
+        problems.failed(RDMA_STATISTIC, "lines", f"{parsed.problems[0]}{more}; skipped")
+    else:
+        problems.ok(RDMA_STATISTIC, "lines")
+    return parsed.links
 
 
 def _ethtool_counters(

@@ -10,11 +10,17 @@ per column (see ``SOURCE_ORDER``).
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from fabricwatch.ingest.mapping import build_combined_snapshot
-from fabricwatch.ingest.parsers import EthtoolStats, parse_ethtool_stats, read_sysfs_port
+from fabricwatch.ingest.parsers import (
+    EthtoolStats,
+    RdmaStatistic,
+    parse_ethtool_stats,
+    parse_rdma_statistic,
+    read_sysfs_port,
+)
 from fabricwatch.ingest.tools import run_tool
 from fabricwatch.schemas.messages import Snapshot
 
@@ -78,6 +84,22 @@ def ethtool_command(netdev: str) -> EthtoolStats:
     return parse_ethtool_stats(run_ethtool(netdev))
 
 
+def rdma_statistic_command() -> RdmaStatistic:
+    """Every RDMA link's hw counters from ``rdma -j statistic show`` (iproute2, over RDMA netlink):
+    one fork per poll for the whole host. It has what sysfs has, plus the optional counters and
+    the devices of a container that sees RDMA netlink but no ``/sys/class/infiniband`` hw_counters."""
+    return parse_rdma_statistic(
+        run_tool(
+            ["rdma", "-j", "statistic", "show"],
+            "rdma statistic show",
+            ETHTOOL_TIMEOUT_S,
+            "rdma (iproute2) is not installed or not on PATH; install iproute2, or collect without "
+            "--rdma-statistic",
+            EthtoolError,
+        )
+    )
+
+
 def collect_nic(
     sysfs_root: Path,
     ib_dev: str,
@@ -88,6 +110,7 @@ def collect_nic(
     host: str | None = None,
     vendor: str | None = None,
     read_port: Callable[[Path], tuple[dict[str, int], dict[str, int]]] = read_sysfs_port,
+    netlink: Mapping[str, dict[str, int]] | None = None,
 ) -> Snapshot:
     """Snapshot of one RDMA device: device id ``<host>/<ib_dev>``, one row per IB port number.
 
@@ -96,6 +119,8 @@ def collect_nic(
     only port). ``vendor`` (a key of ``SOURCE_ORDER``) decides how hw_counters and ethtool names
     are read; by default it comes from the device's driver. ``read_port`` reads one port's
     ``counters/`` and ``hw_counters/`` (a collector passes ``SysfsPorts.read``, files kept open).
+    ``netlink`` is each port's hw counters as ``rdma statistic`` reads them (port number -> name ->
+    value): they fill in what the port's sysfs hw_counters lack, and sysfs wins where both have one.
     """
     dev_dir = Path(sysfs_root) / "class" / "infiniband" / ib_dev
     ports_dir = dev_dir / "ports"
@@ -106,6 +131,8 @@ def collect_nic(
     per_port: dict[str, dict[str, dict[str, int]]] = {}
     for port in port_names:
         counters, hw_counters = read_port(ports_dir / port)
+        if netlink and port in netlink:
+            hw_counters = netlink[port] | hw_counters
         per_port[port] = {ib_source: counters} | ({hw_source: hw_counters} if hw_source else {})
     if ethtool is not None and eth_source is not None:
         per_port[_netdev_port(ports_dir, port_names, netdev)][eth_source] = ethtool

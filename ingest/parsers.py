@@ -68,6 +68,119 @@ def parse_ethtool_stats(text: str) -> EthtoolStats:
     return EthtoolStats(stats, problems)
 
 
+class RdmaStatistic(NamedTuple):
+    """What one ``rdma statistic show`` output says: each link's counters, and what was skipped."""
+
+    links: dict[tuple[str, int], dict[str, int]]
+    """(RDMA device, port) -> counter name -> value: the names hw_counters files have."""
+    problems: list[str]
+
+
+def parse_rdma_statistic(text: str) -> RdmaStatistic:
+    """Parse ``rdma statistic show`` (iproute2, rdma/stat.c ``stat_show_parse_cb``) in any of its
+    three forms: a line per link (``link mlx5_0/1 rx_write_requests 0 out_of_buffer 135 ...``),
+    the pretty form (``-p``: ``link mlx5_0/1`` then one indented ``name value`` per line), or JSON
+    (``-j``: ``[{"ifname": "mlx5_0", "port": 1, "out_of_buffer": 135, ...}]``).
+
+    A counter's name may hold spaces (irdma's ``RNR sent``): in text, a name runs until the
+    number after it. The netlink path also carries the optional counters (mlx5 ``cc_rx_ce_pkts``,
+    turned on with ``rdma statistic set link ... optional-counters``), which sysfs never shows.
+    What cannot be read costs only itself and is described in ``problems``: a link line without
+    ``DEV/PORT``, a name without a value, a value that is not an unsigned 64-bit integer, a counter
+    twice in one link (both values dropped). Output with no link at all raises."""
+    stripped = text.lstrip()
+    if not stripped:
+        raise ValueError("rdma statistic output is empty")
+    links, problems = (_rdma_json if stripped[0] in "[{" else _rdma_text)(stripped)
+    if not links:
+        raise ValueError(f"rdma statistic output has no link{_first(problems)}")
+    return RdmaStatistic(links, problems)
+
+
+def _rdma_json(text: str) -> tuple[dict[tuple[str, int], dict[str, int]], list[str]]:
+    import json
+
+    try:
+        doc = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"rdma statistic output is not valid JSON: {exc}") from None
+    links: dict[tuple[str, int], dict[str, int]] = {}
+    problems: list[str] = []
+    for i, obj in enumerate(doc if isinstance(doc, list) else [doc]):
+        dev, port = (obj.get("ifname"), obj.get("port")) if isinstance(obj, dict) else (None, None)
+        if not isinstance(dev, str) or not isinstance(port, int) or isinstance(port, bool) or port < 1:
+            problems.append(f"entry {i}: expected an object with ifname and port, got {str(obj)[:80]!r}")
+            continue
+        counters: dict[str, int] = {}
+        for name, value in obj.items():
+            if name in ("ifindex", "ifname", "port"):
+                continue
+            if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_U64:
+                counters[name] = value
+            else:
+                problems.append(_not_u64(f"{dev}/{port}", name, value))
+        links[(dev, port)] = counters
+    return links, problems
+
+
+def _rdma_text(text: str) -> tuple[dict[tuple[str, int], dict[str, int]], list[str]]:
+    """Both text forms: a ``link DEV/PORT`` token starts a link; every other token belongs to the
+    current link's ``name value`` pairs, whichever line it is on."""
+    tokens: dict[tuple[str, int], list[tuple[int, str]]] = {}
+    problems: list[str] = []
+    current: list[tuple[int, str]] | None = None  # the current link's (line number, token)
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        words = line.split()
+        if words[:1] == ["link"]:
+            link = _rdma_link(words[1] if len(words) > 1 else "", lineno, problems)
+            current = tokens.setdefault(link, []) if link is not None else None
+            words = words[2:]
+        elif current is None and words:
+            problems.append(f"line {lineno}: counters outside a link: {line.strip()[:80]!r}")
+        if current is not None:
+            current += [(lineno, word) for word in words]
+    return {link: _rdma_pairs(link, pairs, problems) for link, pairs in tokens.items()}, problems
+
+
+def _rdma_link(token: str, lineno: int, problems: list[str]) -> tuple[str, int] | None:
+    dev, sep, port = token.rpartition("/")
+    if not sep or not dev or not _is_uint(port) or int(port) == 0:
+        problems.append(f"line {lineno}: expected 'link DEV/PORT', got {token!r}; its counters skipped")
+        return None
+    return (dev, int(port))
+
+
+def _rdma_pairs(link: tuple[str, int], pairs: list[tuple[int, str]], problems: list[str]) -> dict[str, int]:
+    """``name value`` pairs from tokens; a name is every token up to the next number."""
+    where = f"{link[0]}/{link[1]}"
+    counters: dict[str, int] = {}
+    twice: set[str] = set()
+    name: list[str] = []
+    for lineno, token in pairs:
+        if not _is_uint(token):
+            name.append(token)
+            continue
+        counter, name = " ".join(name), []
+        if not counter:
+            problems.append(f"line {lineno}: {where}: a value without a name: {token!r}")
+        elif int(token) > MAX_U64:
+            problems.append(f"line {lineno}: {_not_u64(where, counter, token)}")
+        elif counter in counters or counter in twice:
+            twice.add(counter)
+            problems.append(f"line {lineno}: {where}: counter {counter!r} appears twice; both dropped")
+        else:
+            counters[counter] = int(token)
+    if name:
+        problems.append(f"{where}: {' '.join(name)!r} has no value (output cut short?)")
+    for counter in twice:
+        counters.pop(counter, None)
+    return counters
+
+
+def _not_u64(where: str, name: str, value: Any) -> str:
+    return f"{where}: value of {name!r} is not an unsigned 64-bit integer: {value!r}"
+
+
 def _first(problems: list[str]) -> str:
     return f" ({problems[0]}{' and more' if len(problems) > 1 else ''})" if problems else ""
 

@@ -59,9 +59,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="DEVICE=VENDOR",
-        help="read DEVICE with VENDOR's counter map (mlx5, bnxt, or ib: the standard InfiniBand port "
-        "counters only) when its driver is not one the collector knows (repeatable; default: from "
-        "the driver)",
+        help="read DEVICE with VENDOR's counter map (mlx5, bnxt, irdma, x722, ionic, mlx4, or ib: the "
+        "standard InfiniBand port counters only) when its driver is not one the collector knows "
+        "(repeatable; default: from the driver)",
     )
     p.add_argument("--sysfs-root", type=Path, default=None, help="where sysfs is mounted (default: /sys)")
     p.add_argument(
@@ -75,6 +75,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "by running the ethtool binary, or not at all (default: ioctl)",
     )
     p.add_argument("--no-ethtool", action="store_true", help="the same as --ethtool none")
+    p.add_argument(
+        "--rdma-statistic",
+        action="store_true",
+        default=None,
+        help="also read every RDMA link's hw counters with `rdma -j statistic show` (one fork per "
+        "poll): the optional counters, and devices whose sysfs hw_counters a container cannot see "
+        "(default: sysfs only)",
+    )
     p.add_argument(
         "--lldp-interval",
         type=float,
@@ -111,6 +119,7 @@ def settings_of(args: argparse.Namespace, environ: dict[str, str] | None = None)
         "devices": args.device,
         "vendors": {**base.vendors, **_vendors(args.vendor)} if args.vendor else None,
         "ethtool": "none" if args.no_ethtool else args.ethtool,
+        "rdma_statistic": args.rdma_statistic,
         "sysfs_root": str(args.sysfs_root) if args.sysfs_root is not None else None,
         "host": args.host,
         "lldp_interval_s": args.lldp_interval,
@@ -133,7 +142,7 @@ def _run_host(args: argparse.Namespace) -> int:
     from fabricwatch.collector_metrics import CollectMetrics
     from fabricwatch.ingest.collect import CollectStats, discover, poll
     from fabricwatch.ingest.ethtool_ioctl import EthtoolIoctl
-    from fabricwatch.ingest.host_collector import SOURCE_ORDER, ethtool_command
+    from fabricwatch.ingest.host_collector import SOURCE_ORDER, ethtool_command, rdma_statistic_command
 
     cfg = settings_of(args)
     bad = sorted(v for v in cfg.vendors.values() if v not in SOURCE_ORDER)
@@ -165,6 +174,7 @@ def _run_host(args: argparse.Namespace) -> int:
             stats,
             stop,
             metrics.observe_poll,
+            rdma_statistic_command if cfg.rdma_statistic else None,
         ):
             for put in outputs:
                 put(snap)
