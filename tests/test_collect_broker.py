@@ -1,6 +1,7 @@
 """`fabricwatch collect --broker` as the daemon it is on a node: a process polling a real sysfs tree
-(the procfs project's mlx5_0 fixture) whose counters move while it runs, publishing to a real
-broker (Tansu), with a worker turning the snapshots into rates."""
+(the procfs project's mlx5_0 fixture, with an Intel E810 and an Omni-Path HFI laid out beside it)
+whose counters move while it runs, publishing to a real broker (Tansu), with a worker turning the
+snapshots into rates."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from nic_trees import lay_out
 from streaming import Collector
 from ttar import extract_ttar
 from waiting import wait_for
@@ -32,13 +34,10 @@ RX_WORDS_PER_S = 5_000_000
 
 
 class MovingCounters:
-    """Advances the fixture's port_xmit_data and port_rcv_data at fixed rates, as a NIC would."""
+    """Advances counter files at fixed rates per second, as a NIC would."""
 
-    def __init__(self, port_dir: Path) -> None:
-        self._files = {
-            port_dir / "counters" / "port_xmit_data": TX_WORDS_PER_S,
-            port_dir / "counters" / "port_rcv_data": RX_WORDS_PER_S,
-        }
+    def __init__(self, files: dict[Path, int]) -> None:
+        self._files = files
         self._base = {path: int(path.read_text()) for path in self._files}
         self._stop = threading.Event()
         self._t0 = time.time()
@@ -81,14 +80,41 @@ def start_daemon(broker, sysfs: Path, web_port: int = 0) -> subprocess.Popen:
     )
 
 
+def fixture_port_moving(sysfs: Path) -> dict[Path, int]:
+    counters = sysfs / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "counters"
+    return {counters / "port_xmit_data": TX_WORDS_PER_S, counters / "port_rcv_data": RX_WORDS_PER_S}
+
+
+CNPS_PER_S = 20_000
+"""The E810's (irdma) cnpHandled: CNPs its RoCE congestion control handled."""
+
+
+def other_families_moving(sysfs: Path) -> dict[Path, int]:
+    """An Intel E810 (irdma) and an Omni-Path HFI (hfi1) beside the mlx5 NIC, counters moving."""
+    files = {}
+    for vendor in ("irdma", "ib"):
+        port = sysfs / "class" / "infiniband" / lay_out(sysfs, vendor, 1) / "ports" / "1"
+        files[port / "counters" / "port_xmit_data"] = TX_WORDS_PER_S
+    files[port.parents[2] / "rocep24s0f0" / "ports" / "1" / "hw_counters" / "cnpHandled"] = CNPS_PER_S
+    return files
+
+
 def test_the_daemon_publishes_what_a_worker_turns_into_the_counters_rates(broker, workers, sysfs):
     for w in workers:
         w.wait_ready()
     rates = Collector(broker, topics.RATES)
-    moving = MovingCounters(sysfs / "class" / "infiniband" / "mlx5_0" / "ports" / "1")
+    moving = MovingCounters(fixture_port_moving(sysfs) | other_families_moving(sysfs))
+
+    def devices() -> dict[str, int]:
+        seen: dict[str, int] = {}
+        for record in list(rates.records):
+            device = decode(record.value, PortRates).device
+            seen[device] = seen.get(device, 0) + 1
+        return seen
+
     daemon = start_daemon(broker, sysfs)
     try:
-        assert wait_for(lambda: len(rates.records) >= 5, 60)
+        assert wait_for(lambda: len(devices()) == 3 and min(devices().values()) >= 4, 60), devices()
     finally:
         daemon.send_signal(signal.SIGTERM)
         out, err = daemon.communicate(timeout=30)
@@ -99,12 +125,16 @@ def test_the_daemon_publishes_what_a_worker_turns_into_the_counters_rates(broker
     assert "collected " in out
 
     tx, rx = PORT_RATE_COLUMNS.index("tx_bps"), PORT_RATE_COLUMNS.index("rx_bps")
+    cnps = PORT_RATE_COLUMNS.index("cnp_received_pps")
     for record in rates.stop():
         msg = decode(record.value, PortRates)
-        assert msg.device == "gpu7/mlx5_0" and 0.45 <= msg.dt_s <= 0.55
+        assert 0.45 <= msg.dt_s <= 0.55
         row = msg.matrix()[0]
-        assert row[tx] == pytest.approx(TX_WORDS_PER_S * 4 * 8, rel=0.05)
-        assert row[rx] == pytest.approx(RX_WORDS_PER_S * 4 * 8, rel=0.05)
+        assert row[tx] == pytest.approx(TX_WORDS_PER_S * 4 * 8, rel=0.05), msg.device
+        if msg.device == "gpu7/mlx5_0":
+            assert row[rx] == pytest.approx(RX_WORDS_PER_S * 4 * 8, rel=0.05)
+        if msg.device == "gpu7/rocep24s0f0":  # Intel E810: its congestion counters read by irdma's map
+            assert row[cnps] == pytest.approx(CNPS_PER_S, rel=0.05)
 
 
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="Debian's prometheus is not installed")
