@@ -1,0 +1,180 @@
+"""``fabricwatch phases collect|import``: collective phases from real training jobs' NCCL/RCCL
+logs, followed live on a node or read from finished logs, to ``fabric.phases`` or a trace."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fabricwatch.cli import options
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import Phase, encode
+
+if TYPE_CHECKING:
+    from fabricwatch.ingest.nccl_phases import NcclPhaseReader
+    from fabricwatch.streams.kafka_io import Publisher
+
+HELP = "collective phases from NCCL/RCCL logs: follow them on a node, or import finished ones"
+DESCRIPTION = """Read the collective calls that NCCL or RCCL log with NCCL_DEBUG=INFO
+NCCL_DEBUG_SUBSYS=INIT,COLL (one file per rank: NCCL_DEBUG_FILE=/var/log/nccl/%h.%p.log) and turn
+each run of one collective on one communicator into one phase: job, collective, communicator,
+bytes, hosts and ranks, first and last call. `collect` follows the files as they are written
+(rotation and truncation included) and publishes to fabric.phases or writes a trace; `import`
+reads finished logs into a trace that `replay --with` merges with a counter trace."""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("phases", help=HELP, description=DESCRIPTION)
+    modes = p.add_subparsers(dest="mode", metavar="MODE", required=True)
+    c = modes.add_parser(
+        "collect",
+        help="follow a node's NCCL/RCCL logs and publish their phases",
+        description="Follow the NCCL/RCCL log files matching --log (new rank files included) and "
+        "publish each phase to fabric.phases, keyed by job, or write them to --out. A line without "
+        "its own time is stamped as it is read. SIGTERM or Ctrl-C sends what is open and stops.",
+    )
+    _common(c)
+    c.add_argument(
+        "--log", action="append", required=True, help="log file or glob pattern, quoted (repeatable)"
+    )
+    c.add_argument("--out", type=Path, default=None, help="trace file to write as well (.gz to compress)")
+    options.add_broker(c, "Kafka bootstrap HOST:PORT to publish to")
+    options.add_config(c, section="broker")
+    c.add_argument(
+        "--interval", type=float, default=0.2, help="seconds between reads of the files (default: 0.2)"
+    )
+    c.add_argument(
+        "--from-start",
+        action="store_true",
+        help="read the files present at start from their beginning (default: from their end)",
+    )
+    c.add_argument("--count", type=int, default=None, help="stop after this many reads (default: never)")
+    i = modes.add_parser(
+        "import",
+        help="read finished NCCL/RCCL logs into a trace of phases",
+        description="Read finished NCCL/RCCL logs into a trace of phases. Only lines with their "
+        "own time can be placed: log with NCCL_DEBUG_TIMESTAMP_LEVELS=INFO (NCCL 2.26 or later).",
+    )
+    _common(i)
+    i.add_argument("files", nargs="+", type=Path, help="log files")
+    i.add_argument("--out", type=Path, required=True, help="trace file to write (.gz to compress)")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--job", required=True, help="the job's name, as incidents will name it")
+    p.add_argument(
+        "--gap",
+        type=float,
+        default=0.5,
+        help="seconds without a call that end a phase (default: 0.5)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from fabricwatch.ingest.nccl_phases import NcclPhaseReader
+    from fabricwatch.ingest.phase_coalescer import PhaseCoalescer
+
+    if not 0 < args.gap <= 60:
+        raise ValueError("--gap must be between 0 and 60 seconds")
+    source = "nccl-log" if args.mode == "import" else f"nccl-log:{_hostname()}"
+    reader = NcclPhaseReader(PhaseCoalescer(args.job, args.gap, source), _warn, args.mode == "collect")
+    if args.mode == "import":
+        return _import(args, reader)
+    return _collect(args, reader)
+
+
+def _import(args: argparse.Namespace, reader: NcclPhaseReader) -> int:
+    from fabricwatch.schemas.trace import TraceWriter
+
+    phases: list[Phase] = []
+    for path in args.files:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for text in f:
+                phases += reader.line(text)
+    phases += reader.close_all()
+    phases.sort(key=lambda ph: ph.begin_ns)
+    with TraceWriter(args.out, "phases import", time.time_ns(), {"job": args.job}) as writer:
+        for ph in phases:
+            writer.write_message(topics.PHASES, ph.job, ph.begin_ns, ph)
+    _summary(reader, len(phases), args.out)
+    return 0 if phases or not reader.stats.calls else 1
+
+
+def _collect(args: argparse.Namespace, reader: NcclPhaseReader) -> int:
+    from fabricwatch.cli.collect_outputs import publishing
+    from fabricwatch.ingest.log_tail import LogTail
+    from fabricwatch.schemas.trace import TraceWriter
+    from fabricwatch.streams.kafka_io import Publisher, ensure_topics
+
+    if not 0.01 <= args.interval <= 10:
+        raise ValueError("--interval must be between 0.01 and 10 seconds")
+    stopping = options.Stopping()
+    sent = 0
+    with ExitStack() as stack:
+        outputs = []
+        if args.out is not None:
+            writer = stack.enter_context(
+                TraceWriter(args.out, "phases collect", time.time_ns(), {"job": args.job})
+            )
+            outputs.append(lambda ph: writer.write_message(topics.PHASES, ph.job, ph.begin_ns, ph))
+        if publishing(args):
+            settings = options.broker_settings(args)
+            ensure_topics(settings, [topics.PHASES])
+            publisher = Publisher(settings)
+            stack.callback(_close_publisher, publisher)
+            outputs.append(lambda ph: publisher.send(topics.PHASES, ph.job, encode(ph), ph.begin_ns))
+        if not outputs:
+            raise ValueError("nowhere to put the phases: give --broker HOST:PORT, --out TRACE, or both")
+        tail = stack.enter_context(LogTail(args.log, args.from_start))
+        reads = 0
+        while not stopping.event.is_set() and (args.count is None or reads < args.count):
+            now = time.time_ns()
+            closed = [ph for _, text in tail.read() for ph in reader.line(text, now)]
+            closed += reader.due(time.time_ns())
+            for ph in closed:
+                for put in outputs:
+                    put(ph)
+            sent += len(closed)
+            reads += 1
+            stopping.event.wait(args.interval)
+        for ph in reader.close_all():
+            for put in outputs:
+                put(ph)
+            sent += 1
+        t = tail.stats
+        print(
+            f"followed {t.files} files: {t.lines} lines ({t.rotations} rotations, {t.truncations} "
+            f"truncations, {t.vanished} removed, {t.not_utf8} not UTF-8)",
+            file=sys.stderr,
+        )
+    _summary(reader, sent, args.out)
+    return stopping.exit_code
+
+
+def _close_publisher(publisher: Publisher) -> None:
+    publisher.close()
+    s = publisher.stats
+    print(f"published {s.acked} of {s.sent} phases ({s.failed} failed, {s.dropped} dropped)", file=sys.stderr)
+
+
+def _summary(reader: NcclPhaseReader, phases: int, out: Path | None) -> None:
+    s = reader.stats
+    where = f" to {out}" if out is not None else ""
+    print(
+        f"{s.calls} collective calls and {s.inits} communicator inits in {s.lines} lines made {phases} "
+        f"phases{where}; {sum(s.problems.values())} lines skipped, {s.untimed} calls without a time"
+    )
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def _warn(text: str) -> None:
+    print(f"fabricwatch phases: {text}", file=sys.stderr, flush=True)

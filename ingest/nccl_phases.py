@@ -1,0 +1,86 @@
+"""NCCL/RCCL log lines into phases: each line parsed (``nccl_log``), calls coalesced
+(``phase_coalescer``), and every line that cannot be read counted and said once per kind.
+
+One bad line costs only itself: a COLL line cut short, one of a layout this build does not know, a
+datatype past NCCL's, bytes that are not UTF-8. Untimed lines are stamped with the time they were
+read when reading live; when importing a finished log, that time means nothing, so untimed calls
+are counted and left out (``stamp_untimed=False``) and the user is told how to log the time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fabricwatch.ingest.nccl_log import CollCall, CommInit, LineError, parse_line
+from fabricwatch.ingest.phase_coalescer import PhaseCoalescer
+from fabricwatch.schemas.messages import Phase
+
+UNTIMED = (
+    "COLL lines without a time cannot be placed when importing a finished log; log with "
+    "NCCL_DEBUG_TIMESTAMP_LEVELS=INFO (NCCL 2.26 or later), or follow the log live with "
+    "`fabricwatch phases collect`, which stamps each line as it is written"
+)
+
+
+@dataclass
+class ReadStats:
+    lines: int = 0
+    calls: int = 0
+    inits: int = 0
+    untimed: int = 0
+    problems: dict[str, int] = field(default_factory=dict)
+
+
+class NcclPhaseReader:
+    """Feed lines with ``line``; it returns the phases that closed. ``due`` and ``close_all``
+    close idle and remaining phases."""
+
+    def __init__(
+        self,
+        coalescer: PhaseCoalescer,
+        warn: Callable[[str], None] = print,
+        stamp_untimed: bool = True,
+    ) -> None:
+        self.coalescer = coalescer
+        self.stats = ReadStats()
+        self._warn = warn
+        self._stamp_untimed = stamp_untimed
+        self._said: set[str] = set()
+
+    def line(self, text: str, read_ns: int | None = None) -> list[Phase]:
+        self.stats.lines += 1
+        if "\ufffd" in text:
+            self._problem("not UTF-8", f"a line with bytes that are not UTF-8: {text.strip()[:100]!r}")
+        try:
+            parsed = parse_line(text)
+        except LineError as exc:
+            self._problem(str(exc).split(":")[0], str(exc))
+            return []
+        if isinstance(parsed, CommInit):
+            self.stats.inits += 1
+            self.coalescer.init(parsed)
+            return []
+        if not isinstance(parsed, CollCall):
+            return []
+        self.stats.calls += 1
+        if parsed.ts_ns is None and not self._stamp_untimed:
+            self.stats.untimed += 1
+            if "untimed" not in self._said:
+                self._said.add("untimed")
+                self._warn(UNTIMED)
+            return []
+        return self.coalescer.call(parsed, read_ns if read_ns is not None else time.time_ns())
+
+    def due(self, now_ns: int) -> list[Phase]:
+        return self.coalescer.due(now_ns)
+
+    def close_all(self) -> list[Phase]:
+        return self.coalescer.close_all()
+
+    def _problem(self, kind: str, text: str) -> None:
+        self.stats.problems[kind] = self.stats.problems.get(kind, 0) + 1
+        if kind not in self._said:
+            self._said.add(kind)
+            self._warn(f"{text}; skipped (said once per kind, counted)")

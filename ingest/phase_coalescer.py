@@ -1,0 +1,110 @@
+"""A node's collective calls (``nccl_log``) coalesced into phases: one message per run of one
+collective on one communicator, not one per call.
+
+A training job makes thousands of collective calls per second per rank; stage 2 needs to know
+which collective of which job ran on which hosts when, which a run of calls tells as well as each
+call would. Calls of one collective on one communicator (the job-wide ``commId`` from the INIT
+line, so every rank of the node lands in the same phase) belong to one phase until none comes for
+``gap_s``, or the phase has lasted ``max_s`` (a job that never pauses still reports every
+``max_s``). Collectives of one communicator may overlap (a node's ranks are read one file after
+another, and streams overlap), so each has its own phase. A phase is sent when it closes, with
+its first and last call's times, its hosts and ranks, and its bytes (the most one process handed
+to NCCL over the phase: every rank of an AllReduce passes the same buffer).
+
+A call's time is its line's own timestamp when NCCL printed one, else the time it was read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fabricwatch.ingest.nccl_log import CollCall, CommInit
+from fabricwatch.schemas.messages import Phase
+
+ROOTED = {"Broadcast", "Reduce"}
+
+
+@dataclass
+class _Open:
+    op: str
+    begin_ns: int
+    last_ns: int
+    root: int | None
+    rank_hosts: dict[int, str] = field(default_factory=dict)
+    hosts: set[str] = field(default_factory=set)
+    bytes_by_process: dict[tuple[str, int], int] = field(default_factory=dict)
+    calls: int = 0
+
+
+@dataclass
+class CoalescerStats:
+    calls: int = 0
+    phases: int = 0
+
+
+class PhaseCoalescer:
+    """Feed ``init`` and ``call``; ``call`` and ``due`` return the phases that closed."""
+
+    def __init__(self, job: str, gap_s: float = 0.5, source: str = "nccl-log", max_s: float = 1.0) -> None:
+        if not job:
+            raise ValueError("a phase needs a job name")
+        self.job = job
+        self.source = source
+        self.stats = CoalescerStats()
+        self._gap_ns = int(gap_s * 1e9)
+        self._max_ns = int(max_s * 1e9)
+        self._comms: dict[tuple[str, int, str], tuple[str, int]] = {}
+        self._open: dict[tuple[str, str], _Open] = {}
+
+    def init(self, info: CommInit) -> None:
+        """A process's ``comm`` pointer is rank ``info.rank`` of communicator ``info.comm_id``."""
+        self._comms[(info.host, info.pid, info.comm)] = (info.comm_id, info.rank)
+
+    def call(self, c: CollCall, read_ns: int) -> list[Phase]:
+        self.stats.calls += 1
+        ts = c.ts_ns if c.ts_ns is not None else read_ns
+        comm_id, rank = self._comms.get((c.host, c.pid, c.comm), (f"{c.host}:{c.pid}:{c.comm}", None))
+        key = (comm_id, c.op)
+        closed = []
+        current = self._open.get(key)
+        if current is not None and (
+            ts - current.last_ns > self._gap_ns or ts - current.begin_ns >= self._max_ns
+        ):
+            closed.append(self._close(key))
+            current = None
+        if current is None:
+            root = c.root if c.op in ROOTED else None
+            current = self._open[key] = _Open(c.op, ts, ts, root)
+        current.begin_ns = min(current.begin_ns, ts)
+        current.last_ns = max(current.last_ns, ts)
+        current.calls += 1
+        current.hosts.add(c.host)
+        if rank is not None:
+            current.rank_hosts[rank] = c.host
+        process = (c.host, c.pid)
+        current.bytes_by_process[process] = current.bytes_by_process.get(process, 0) + c.bytes
+        return closed
+
+    def due(self, now_ns: int) -> list[Phase]:
+        """Phases whose last call is more than ``gap_s`` before ``now_ns``."""
+        idle = [key for key, p in self._open.items() if now_ns - p.last_ns > self._gap_ns]
+        return [self._close(key) for key in idle]
+
+    def close_all(self) -> list[Phase]:
+        return [self._close(key) for key in list(self._open)]
+
+    def _close(self, key: tuple[str, str]) -> Phase:
+        p = self._open.pop(key)
+        self.stats.phases += 1
+        return Phase(
+            job=self.job,
+            comm=key[0],
+            op=p.op,  # type: ignore[arg-type]
+            begin_ns=p.begin_ns,
+            end_ns=p.last_ns,
+            bytes=max(p.bytes_by_process.values()),
+            hosts=sorted(p.hosts),
+            rank_hosts=dict(sorted(p.rank_hosts.items())),
+            root_rank=p.root,
+            source=self.source,
+        )

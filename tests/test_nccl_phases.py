@@ -1,0 +1,198 @@
+"""Collective phases from NCCL logs: real COLL and INIT lines (torchtitan#1369, nccl-tests#350),
+the prefixes launchers and NCCL's own timestamps add, coalescing calls into phases across a node's
+ranks, bad lines costing only themselves, and following files through rotation and truncation."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fabricwatch.cli.main import main
+from fabricwatch.ingest.log_tail import LogTail
+from fabricwatch.ingest.nccl_log import CollCall, CommInit, LineError, parse_line
+from fabricwatch.ingest.nccl_phases import NcclPhaseReader
+from fabricwatch.ingest.phase_coalescer import PhaseCoalescer
+from fabricwatch.schemas.messages import Phase, decode
+from fabricwatch.schemas.trace import TraceReader
+
+FIXTURES = Path(__file__).parent / "fixtures"
+COLL_LOG = (FIXTURES / "nccl_coll_tp_allgather_reducescatter_2rank.log").read_text()
+INIT_LOG = (FIXTURES / "nccl_tests_gather_perf_roce_ib_init_and_table.log").read_text()
+MS = 10**6
+COLL = COLL_LOG.splitlines()[0]
+"""hopper01:191370:191425 [1] NCCL INFO AllGather: opCount d ... count 2097152 datatype 7 ..."""
+
+
+def test_the_real_coll_lines_read_exactly():
+    calls = [parse_line(line) for line in COLL_LOG.splitlines()]
+    assert all(isinstance(c, CollCall) for c in calls)
+    ops = ["AllGather", "ReduceScatter", "AllGather", "ReduceScatter", "AllGather", "AllReduce", "AllReduce"]
+    assert [c.op for c in calls] == ops
+    first = calls[0]
+    assert (first.host, first.pid, first.comm, first.nranks) == ("hopper01", 191370, "0x55fca23fc0f0", 2)
+    assert first.bytes == 2097152 * 4, "count 2097152 of datatype 7 (float32)"
+    assert calls[-1].bytes == 4 and first.ts_ns is None
+
+
+def test_the_real_init_log_gives_the_communicator_and_nothing_else_is_mistaken():
+    parsed = [parse_line(line) for line in INIT_LOG.splitlines()]
+    inits = [p for p in parsed if p is not None]
+    assert inits == [CommInit("n013", 101855, "0x72a6b00", 0, 2, "0xb2f794396f6d0bd1")]
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    ["", "[1,1]<stdout>:", "1: ", "[default1]:", "(RayTrainWorker pid=191370, ip=10.0.0.7) "],
+    ids=["bare", "mpirun", "srun", "torchrun", "ray"],
+)
+def test_launcher_prefixes_and_nccl_timestamps(prefix):
+    bare = parse_line(COLL)
+    assert parse_line(prefix + COLL) == bare
+    stamped = parse_line(f"{prefix}[2026-11-25 10:00:01] {COLL}")
+    assert stamped is not None and stamped.ts_ns is not None
+    later = parse_line(f"{prefix}[2026-11-25 10:00:02.250] {COLL}")
+    assert later.ts_ns - stamped.ts_ns == 1250 * MS
+    assert stamped == CollCall(**{**bare.__dict__, "ts_ns": stamped.ts_ns})
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        (COLL[:150], "cut short"),
+        (COLL.replace("datatype 7", "datatype 42"), "datatype 42"),
+        (COLL.replace("AllGather:", "AllGatherV:"), "'AllGatherV'"),
+        (COLL.replace("Init COMPLETE", "").replace("opCount", "opCount") + "", None),
+    ],
+)
+def test_lines_that_cannot_be_read_are_errors(line, why):
+    if why is None:
+        assert isinstance(parse_line(line), CollCall)
+        return
+    with pytest.raises(LineError, match=why):
+        parse_line(line)
+
+
+def calls_of(host: str, pid: int, comm: str, op: str, n: int, t0_ns: int, step_ns: int) -> list[str]:
+    """``n`` COLL lines of one rank at ``step_ns`` apart, with NCCL's timestamp in ms."""
+    out = []
+    for i in range(n):
+        t = t0_ns + i * step_ns
+        stamp = f"[2026-11-25 10:00:{t // 10**9:02d}.{t % 10**9 // MS:03d}]"
+        out.append(
+            f"{stamp} {host}:{pid}:{pid + 1} [0] NCCL INFO {op}: opCount {i:x} sendbuff 0x1 recvbuff 0x2 "
+            f"count 1024 datatype 9 op 0 root 0 comm {comm} [nranks=16] stream 0x3"
+        )
+    return out
+
+
+def test_a_node_s_ranks_make_one_phase_per_run_of_one_collective():
+    """Two ranks of one node (their comm pointers differ, their commId is the same) each call
+    AllReduce 500 times 1 ms apart, then AllGather: two phases, not 2,000 messages."""
+    said: list[str] = []
+    reader = NcclPhaseReader(PhaseCoalescer("llama-70b", gap_s=0.5), said.append, stamp_untimed=False)
+    init = "gpu7:{pid}:{pid} [0] NCCL INFO comm {comm} rank {rank} nranks 16 cudaDev 0 busId 1000 "
+    init += "commId 0xfeed - Init COMPLETE"
+    lines = [init.format(pid=100, comm="0xa", rank=4), init.format(pid=200, comm="0xb", rank=5)]
+    for pid, comm in ((100, "0xa"), (200, "0xb")):
+        lines += calls_of("gpu7", pid, comm, "AllReduce", 500, 0, MS)
+    for pid, comm in ((100, "0xa"), (200, "0xb")):
+        lines += calls_of("gpu7", pid, comm, "AllGather", 10, 600 * MS, MS)
+    phases = [ph for line in lines for ph in reader.line(line)] + reader.close_all()
+    assert [(p.op, p.comm, p.rank_hosts) for p in phases] == [
+        ("AllReduce", "0xfeed", {4: "gpu7", 5: "gpu7"}),
+        ("AllGather", "0xfeed", {4: "gpu7", 5: "gpu7"}),
+    ]
+    reduce = phases[0]
+    assert reduce.end_ns - reduce.begin_ns == 499 * MS and reduce.bytes == 500 * 1024 * 2
+    assert said == []
+
+
+def test_bad_lines_cost_only_themselves_and_are_said_once_per_kind():
+    said: list[str] = []
+    reader = NcclPhaseReader(PhaseCoalescer("j"), said.append)
+    lines = [COLL[:150], COLL[:140], COLL.replace("datatype 7", "datatype 42"), COLL, "x\ufffdy " + COLL]
+    phases = [ph for line in lines for ph in reader.line(line, 5 * MS)] + reader.close_all()
+    assert reader.stats.problems == {
+        "a COLL line of an unknown layout or cut short": 2,
+        "datatype 42 is not one NCCL defines": 1,
+        "not UTF-8": 1,
+    }
+    assert len(said) == 3 and reader.stats.calls == 2
+    assert len(phases) == 1 and phases[0].op == "AllGather"
+
+
+def test_import_takes_timed_lines_and_says_how_to_get_them(tmp_path, capsys):
+    log = tmp_path / "rank0.log"
+    log.write_text("\n".join(calls_of("gpu7", 100, "0xa", "ReduceScatter", 20, 0, 2 * MS)) + "\n")
+    out = tmp_path / "phases.trace"
+    assert main(["phases", "import", "--job", "mixtral", "--out", str(out), str(log)]) == 0
+    with TraceReader(out) as reader:
+        (phase,) = [decode(r.value(), Phase) for r in reader]
+    assert (phase.job, phase.op, phase.hosts, phase.end_ns - phase.begin_ns) == (
+        "mixtral",
+        "ReduceScatter",
+        ["gpu7"],
+        38 * MS,
+    )
+    untimed = tmp_path / "untimed.log"
+    untimed.write_text(COLL_LOG)
+    assert main(["phases", "import", "--job", "mixtral", "--out", str(out), str(untimed)]) == 1
+    assert "NCCL_DEBUG_TIMESTAMP_LEVELS=INFO" in capsys.readouterr().err
+
+
+def test_the_tail_follows_rotation_truncation_partial_lines_and_new_files(tmp_path):
+    a, b = tmp_path / "rank0.log", tmp_path / "rank1.log"
+    a.write_text("before start\n")
+    with LogTail([str(tmp_path / "rank*.log")]) as tail:
+        assert list(tail.read()) == []  # present at start: followed from its end
+        with open(a, "a") as f:
+            f.write("one\ntwo\npart")
+        b.write_text("b1\n")  # a rank file that appears later: from its start
+        assert sorted(t for _, t in tail.read()) == ["b1", "one", "two"]
+        with open(a, "a") as f:
+            f.write("ial\nlast of old\n")
+        os.rename(a, tmp_path / "rank0.log.1")  # rotation: the old file is read to its end
+        a.write_text("first of new\n")
+        assert [t for p, t in tail.read() if p == str(a)] == ["partial", "last of old", "first of new"]
+        b.write_text("")  # truncated in place
+        with open(b, "a") as f:
+            f.write("b again\n")
+        assert [t for _, t in tail.read()] == ["b again"]
+        b.unlink()
+        assert list(tail.read()) == []
+        with open(a, "ab") as f:
+            f.write(b"caf\xe9\n")
+        assert [t for _, t in tail.read()] == ["caf\ufffd"]
+        s = tail.stats
+        assert (s.rotations, s.truncations, s.vanished, s.not_utf8, s.lines) == (1, 1, 1, 1, 8)
+
+
+def test_ranks_read_one_file_after_another_still_make_one_phase_per_collective():
+    """A live read takes each rank's new lines file by file: rank 4's AllReduce and AllGather, then
+    rank 5's. The collectives overlap in time; each keeps one phase."""
+    reader = NcclPhaseReader(PhaseCoalescer("j", gap_s=0.5), stamp_untimed=False)
+    lines = []
+    for pid, comm in ((100, "0xa"), (200, "0xb")):
+        lines += calls_of("gpu7", pid, comm, "AllReduce", 50, 0, 2 * MS)
+        lines += calls_of("gpu7", pid, comm, "AllGather", 50, MS, 2 * MS)
+    phases = [ph for line in lines for ph in reader.line(line)] + reader.close_all()
+    assert sorted((p.op, p.comm) for p in phases) == [
+        ("AllGather", "gpu7:100:0xa"),
+        ("AllGather", "gpu7:200:0xb"),
+        ("AllReduce", "gpu7:100:0xa"),
+        ("AllReduce", "gpu7:200:0xb"),
+    ]
+
+
+def test_a_job_that_never_pauses_still_reports_every_second():
+    reader = NcclPhaseReader(PhaseCoalescer("j", gap_s=0.5, max_s=1.0), stamp_untimed=False)
+    lines = calls_of("gpu7", 100, "0xa", "AllReduce", 3000, 0, MS)  # 3 s of calls, 1 ms apart
+    phases = [ph for line in lines for ph in reader.line(line)] + reader.close_all()
+    t0 = phases[0].begin_ns
+    assert [((p.begin_ns - t0) // MS, (p.end_ns - t0) // MS) for p in phases] == [
+        (0, 999),
+        (1000, 1999),
+        (2000, 2999),
+    ]
