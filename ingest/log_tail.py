@@ -55,6 +55,13 @@ class LogTail:
         self._first = True
 
     def read(self) -> Iterator[tuple[str, str]]:
+        for path, chunk in self.read_chunks():
+            for line in chunk.split("\n")[:-1]:
+                yield path, line
+
+    def read_chunks(self) -> Iterator[tuple[str, str]]:
+        """What ``read`` yields, as runs of complete lines of one file (each ending with a newline):
+        a parser that scans many lines at once is spared one call per line."""
         for path in self._matching():
             if path not in self._files:
                 opened = self._open(path, at_end=self._first and not self._from_start)
@@ -129,10 +136,12 @@ class LogTail:
             f.offset += len(chunk)
             f.before = chunk[-1:]
             self.stats.bytes += len(chunk)
-            *lines, f.partial = (f.partial + chunk).split(b"\n")
-            for raw in lines:
-                text = raw.decode("utf-8", errors="replace")
-                if "\ufffd" in text:
-                    self.stats.not_utf8 += 1
-                self.stats.lines += 1
-                yield path, text
+            complete, newline, f.partial = (f.partial + chunk).rpartition(b"\n")
+            if not newline:
+                f.partial = complete + f.partial
+                continue
+            text = complete.decode("utf-8", errors="replace") + "\n"
+            if "\ufffd" in text:
+                self.stats.not_utf8 += sum("\ufffd" in line for line in text.split("\n"))
+            self.stats.lines += text.count("\n")
+            yield path, text

@@ -26,24 +26,35 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
+from itertools import groupby
+from operator import itemgetter
+from typing import NamedTuple
 
-_PREFIX = re.compile(
+_WHO = (
     r"(?:\[(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\] )?"
-    r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):\d+ \[\d+\] (?:\S+ )?NCCL (?:INFO|WARN) "
+    r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):\d+ \[\d+\]"
 )
+_PREFIX = re.compile(_WHO + r" NCCL (?:INFO|WARN) ")
+_WHO_AT_END = re.compile(_WHO + "$")
 _COLL = re.compile(
     r"(?P<op>[A-Za-z]+): opCount (?P<opcount>[0-9a-fA-F]+) sendbuff \S+ recvbuff \S+ "
     r"count (?P<count>\d+) datatype (?P<dtype>\d+) op (?P<redop>\d+) root (?P<root>-?\d+) "
     r"comm (?P<comm>0x[0-9a-fA-F]+) \[nranks=(?P<nranks>\d+)\]"
 )
+_COLL_RUN = re.compile(r"(?m)^([^\n]*\]) NCCL INFO " + _COLL.pattern)
+"""A COLL line as (what stands before `` NCCL INFO``, then ``_COLL``'s groups), for ``findall``: a
+pattern that starts at a line's start is tried once per line, where one starting with the host
+would be tried at every position of every line (3-4x slower)."""
+_RUN_KEY = itemgetter(0, 1, 4, 6, 7, 8)
+"""What consecutive calls must share to be folded: prefix, op, datatype, root, comm, nranks."""
+_new_tuple = tuple.__new__
 _INIT = re.compile(
     r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+) .*?"
     r"commId (?P<commid>0x[0-9a-fA-F]+) - Init COMPLETE"
 )
-_COLL_HINT = ": opCount "
+COLL_HINT = ": opCount "
 _INIT_HINT = "Init COMPLETE"
 
 DTYPE_BYTES = (1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1)
@@ -64,9 +75,8 @@ OPS = {
 """NCCL's and RCCL's names of the collectives the phase vocabulary knows (``schemas.messages``)."""
 
 
-@dataclass(frozen=True)
-class CollCall:
-    """One collective call of one process."""
+class CollCall(NamedTuple):
+    """One collective call of one process (a tuple: thousands a second are made)."""
 
     host: str
     pid: int
@@ -79,10 +89,12 @@ class CollCall:
     root: int
     ts_ns: int | None
     """The line's own time, when NCCL printed one."""
+    n: int = 1
+    """Calls this stands for: ``scan`` folds consecutive lines that differ only in their buffers
+    and element count into one, their bytes summed."""
 
 
-@dataclass(frozen=True)
-class CommInit:
+class CommInit(NamedTuple):
     """A process's communicator: its ``comm`` pointer, its rank, and the job-wide ``commId``."""
 
     host: str
@@ -100,7 +112,7 @@ class LineError(ValueError):
 def parse_line(line: str) -> CollCall | CommInit | None:
     """What one log line says: a collective call, a communicator's init, or nothing of ours (None).
     A line that looks like a COLL or INIT line but cannot be read raises LineError."""
-    is_coll, is_init = _COLL_HINT in line, _INIT_HINT in line
+    is_coll, is_init = COLL_HINT in line, _INIT_HINT in line
     if not (is_coll or is_init):
         return None
     head = _PREFIX.search(line)
@@ -135,6 +147,38 @@ def parse_line(line: str) -> CollCall | CommInit | None:
     return CommInit(
         host, pid, m.group("comm"), int(m.group("rank")), int(m.group("nranks")), m.group("commid")
     )
+
+
+def scan(text: str) -> tuple[list[CollCall], int]:
+    """The well-formed COLL lines of ``text`` (many lines), in order, and how many there were, in
+    one regex pass: what ``parse_line`` gives for each, except that consecutive calls of one
+    process, communicator and collective with one time are folded into one (``n`` calls, bytes
+    summed), and each distinct ``host:pid:tid`` prefix is read once. Lines it cannot read it
+    leaves out: the caller compares the count with the lines that look like COLL lines."""
+    rows = _COLL_RUN.findall(text)
+    calls: list[CollCall] = []
+    who_of: dict[str, tuple[str, int, int | None] | None] = {}
+    for (prefix, op, dtype, root, comm, nranks), run in groupby(rows, _RUN_KEY):
+        who = who_of.get(prefix, ())
+        if who == ():
+            who = who_of[prefix] = _who(prefix)
+        name, size = OPS.get(op), int(dtype)
+        if who is None or name is None or size >= len(DTYPE_BYTES):
+            continue
+        counts = [row[3] for row in run]
+        host, pid, ts = who
+        nbytes = sum(map(int, counts)) * DTYPE_BYTES[size]
+        fields = (host, pid, comm, name, nbytes, int(nranks), int(root), ts, len(counts))
+        calls.append(_new_tuple(CollCall, fields))
+    return calls, len(rows)
+
+
+def _who(prefix: str) -> tuple[str, int, int | None] | None:
+    """Host, pid and the line's time, from what stands before `` NCCL INFO``."""
+    w = _WHO_AT_END.search(prefix)
+    if w is None:
+        return None
+    return w["host"], int(w["pid"]), _stamp(w["ts"]) if w["ts"] else None
 
 
 @lru_cache(maxsize=64)

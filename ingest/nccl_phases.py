@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fabricwatch.ingest.nccl_log import CollCall, CommInit, LineError, parse_line
+from fabricwatch.ingest.nccl_log import COLL_HINT, CollCall, CommInit, LineError, parse_line, scan
 from fabricwatch.ingest.phase_coalescer import PhaseCoalescer
 from fabricwatch.schemas.messages import Phase
 
@@ -66,18 +66,38 @@ class NcclPhaseReader:
             return []
         self.stats.calls += 1
         if parsed.ts_ns is None and not self._stamp_untimed:
-            self.stats.untimed += 1
-            if "untimed" not in self._said:
-                self._said.add("untimed")
-                self._warn(UNTIMED)
+            self._untimed(1)
             return []
         return self.coalescer.call(parsed, read_ns if read_ns is not None else time.time_ns())
+
+    def chunk(self, text: str, read_ns: int | None = None) -> list[Phase]:
+        """Many lines at once (what one read of a file gave, ending with a newline): the phases
+        ``line`` would give for each, from one regex scan of the whole text. Text that holds
+        anything the scan does not cover (an INIT line, bytes that are not UTF-8, a COLL-like line
+        it cannot read) goes line by line, so every problem is still counted and said."""
+        calls, matched = scan(text)
+        if "Init COMPLETE" in text or "\ufffd" in text or sum(c.n for c in calls) != text.count(COLL_HINT):
+            return [ph for line in text.splitlines() for ph in self.line(line, read_ns)]
+        self.stats.lines += text.count("\n")
+        self.stats.calls += matched
+        if not self._stamp_untimed:
+            timed = [c for c in calls if c.ts_ns is not None]
+            if len(timed) < len(calls):
+                self._untimed(sum(c.n for c in calls if c.ts_ns is None))
+            calls = timed
+        return self.coalescer.calls(calls, read_ns if read_ns is not None else time.time_ns())
 
     def due(self, now_ns: int) -> list[Phase]:
         return self.coalescer.due(now_ns)
 
     def close_all(self) -> list[Phase]:
         return self.coalescer.close_all()
+
+    def _untimed(self, n: int) -> None:
+        self.stats.untimed += n
+        if "untimed" not in self._said:
+            self._said.add("untimed")
+            self._warn(UNTIMED)
 
     def _problem(self, kind: str, text: str) -> None:
         self.stats.problems[kind] = self.stats.problems.get(kind, 0) + 1

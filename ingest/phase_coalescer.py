@@ -61,8 +61,28 @@ class PhaseCoalescer:
         self._comms[(info.host, info.pid, info.comm)] = (info.comm_id, info.rank)
 
     def call(self, c: CollCall, read_ns: int) -> list[Phase]:
-        self.stats.calls += 1
-        ts = c.ts_ns if c.ts_ns is not None else read_ns
+        return self._add(c, c.ts_ns if c.ts_ns is not None else read_ns, c.bytes, c.n)
+
+    def calls(self, batch: list[CollCall], read_ns: int) -> list[Phase]:
+        """``call`` for each, in order; consecutive untimed calls of one process, communicator and
+        collective (one time: when they were read) are one update."""
+        closed: list[Phase] = []
+        i, n = 0, len(batch)
+        while i < n:
+            c = batch[i]
+            j, total, count = i + 1, c.bytes, c.n
+            if c.ts_ns is None:
+                who = c[:4]  # host, pid, comm, op
+                while j < n and batch[j].ts_ns is None and batch[j][:4] == who:
+                    total += batch[j].bytes
+                    count += batch[j].n
+                    j += 1
+            closed += self._add(c, c.ts_ns if c.ts_ns is not None else read_ns, total, count)
+            i = j
+        return closed
+
+    def _add(self, c: CollCall, ts: int, nbytes: int, count: int) -> list[Phase]:
+        self.stats.calls += count
         comm_id, rank = self._comms.get((c.host, c.pid, c.comm), (f"{c.host}:{c.pid}:{c.comm}", None))
         key = (comm_id, c.op)
         closed = []
@@ -77,12 +97,12 @@ class PhaseCoalescer:
             current = self._open[key] = _Open(c.op, ts, ts, root)
         current.begin_ns = min(current.begin_ns, ts)
         current.last_ns = max(current.last_ns, ts)
-        current.calls += 1
+        current.calls += count
         current.hosts.add(c.host)
         if rank is not None:
             current.rank_hosts[rank] = c.host
         process = (c.host, c.pid)
-        current.bytes_by_process[process] = current.bytes_by_process.get(process, 0) + c.bytes
+        current.bytes_by_process[process] = current.bytes_by_process.get(process, 0) + nbytes
         return closed
 
     def due(self, now_ns: int) -> list[Phase]:

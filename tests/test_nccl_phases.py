@@ -54,7 +54,7 @@ def test_launcher_prefixes_and_nccl_timestamps(prefix):
     assert stamped is not None and stamped.ts_ns is not None
     later = parse_line(f"{prefix}[2026-11-25 10:00:02.250] {COLL}")
     assert later.ts_ns - stamped.ts_ns == 1250 * MS
-    assert stamped == CollCall(**{**bare.__dict__, "ts_ns": stamped.ts_ns})
+    assert stamped == bare._replace(ts_ns=stamped.ts_ns)
 
 
 @pytest.mark.parametrize(
@@ -196,3 +196,27 @@ def test_a_job_that_never_pauses_still_reports_every_second():
         (1000, 1999),
         (2000, 2999),
     ]
+
+
+@pytest.mark.parametrize("timed", [True, False])
+def test_a_read_of_many_lines_gives_the_phases_line_by_line_reading_gives(timed):
+    """``chunk`` scans a whole read at once and folds runs of one process's calls; the phases,
+    bytes and call counts are those of reading the same lines one by one."""
+    lines = []
+    for pid, comm in ((100, "0xa"), (200, "0xb")):
+        for step in range(3):
+            lines += calls_of("gpu7", pid, comm, "AllReduce", 40, step * 300 * MS, MS)
+            lines += calls_of("gpu7", pid, comm, "AllGather", 40, step * 300 * MS + 100 * MS, MS)
+    if not timed:
+        lines = [line.split("] ", 1)[1] for line in lines]
+    text = "\n".join(lines) + "\n"
+
+    def run(feed) -> tuple[list, NcclPhaseReader]:
+        reader = NcclPhaseReader(PhaseCoalescer("j", gap_s=0.15), stamp_untimed=True)
+        return feed(reader) + reader.close_all(), reader
+
+    by_chunk, chunked = run(lambda r: r.chunk(text, 7 * MS))
+    by_line, lined = run(lambda r: [ph for line in lines for ph in r.line(line, 7 * MS)])
+    assert sorted(map(repr, by_chunk)) == sorted(map(repr, by_line))
+    assert (chunked.stats.calls, chunked.stats.lines) == (lined.stats.calls, lined.stats.lines) == (480, 480)
+    assert len(by_chunk) == (12 if timed else 4), "timed: three steps apart; untimed: one read, one time"
