@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import heapq
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,7 @@ from typing import Any
 from fabricwatch.detectors.evaluation import Evaluation, evaluate
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.schemas.messages import Anomaly
-from fabricwatch.schemas.trace import TraceReader
+from fabricwatch.schemas.trace import TraceReader, TraceRecord
 
 
 @dataclass
@@ -43,8 +45,11 @@ def replay_trace(
     on_anomalies: Callable[[list[Anomaly]], None] | None = None,
     on_malformed: Callable[[int, str], None] | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    merge: Sequence[Path] = (),
 ) -> ReplayResult:
     """Feed every record of the trace, in file order, then let stage 2 evaluate the last poll.
+    ``merge`` are traces recorded beside it (the phases ``phases import`` read from a job's logs):
+    their records go in among the trace's by time, and at one time the trace's own come first.
     ``on_progress`` gets (records so far, the trace time reached) every ``PROGRESS_EVERY`` records."""
     result = ReplayResult(pipeline)
 
@@ -54,16 +59,25 @@ def replay_trace(
             on_anomalies(events)
 
     started = time.perf_counter()
-    with TraceReader(path, on_error=on_malformed) as reader:
-        for rec in reader:
+    with ExitStack() as stack:
+        readers = [stack.enter_context(TraceReader(p, on_error=on_malformed)) for p in (path, *merge)]
+        tagged = [_tagged(r, i) for i, r in enumerate(readers)]
+        records = tagged[0] if len(tagged) == 1 else heapq.merge(*tagged, key=lambda t: t[0])
+        for n, (ts_ns, _, where, rec) in enumerate(records, start=1):
             if result.first_ns is None:
-                result.first_ns = rec.ts_ns
-            result.last_ns = rec.ts_ns
-            emit(pipeline.feed(rec.topic, rec.ts_ns, rec.value(), where=f"{path}:{reader.line}"))
-            if on_progress is not None and reader.line % PROGRESS_EVERY == 0:
-                on_progress(reader.line, rec.ts_ns)
+                result.first_ns = ts_ns
+            result.last_ns = ts_ns
+            emit(pipeline.feed(rec.topic, ts_ns, rec.value(), where=where))
+            if on_progress is not None and n % PROGRESS_EVERY == 0:
+                on_progress(n, ts_ns)
         emit(pipeline.finish())
-        result.meta = dict(reader.header.meta)
-        result.malformed_lines = reader.malformed
+        result.meta = dict(readers[0].header.meta)
+        result.malformed_lines = sum(r.malformed for r in readers)
     result.wall_s = time.perf_counter() - started
     return result
+
+
+def _tagged(reader: TraceReader, order: int) -> Iterator[tuple[int, int, str, TraceRecord]]:
+    """A trace's records as (time, which trace, where, record), for merging several by time."""
+    for rec in reader:
+        yield rec.ts_ns, order, f"{reader.path}:{reader.line}", rec

@@ -32,6 +32,16 @@ instead."""
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("replay", help=HELP, description=DESCRIPTION)
     p.add_argument("trace", type=Path, help="trace file (from simulate, record or collect; .gz or plain)")
+    p.add_argument(
+        "--with",
+        dest="merge",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="TRACE",
+        help="a trace recorded beside it, replayed among its records by time, such as the phases "
+        "`phases import` read from a job's NCCL logs (repeatable; default: none)",
+    )
     options.add_detection(p)
     options.add_store(p, None)
     p.add_argument(
@@ -85,9 +95,9 @@ def replay(path: Path, args: argparse.Namespace) -> int:
     recorder = _recorder(args, pipeline)
     on_events = _all(show, alerting and alerting.feed, recorder and recorder.on_anomalies)
     try:
-        result = replay_trace(
-            path, pipeline, on_events, malformed, _progress() if sys.stderr.isatty() else None
-        )
+        progress = _progress() if sys.stderr.isatty() else None
+        merge = getattr(args, "merge", [])
+        result = replay_trace(path, pipeline, on_events, malformed, progress, merge)
         if recorder is not None:
             recorder.finish()
             _print_stored(recorder, side)

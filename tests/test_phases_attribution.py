@@ -1,0 +1,87 @@
+"""A real job's NCCL logs name the job behind an incident: a simulated incast whose job's own
+phases are taken out of the trace is attributed to nobody's collective; the same job's ranks
+logging their Reduce calls as NCCL does (INIT lines, COLL lines with NCCL's default timestamp),
+imported with `phases import` and replayed with `replay --with`, name the job and the collective."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from fabricwatch.cli.main import main
+from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import Phase, decode
+from fabricwatch.schemas.trace import TraceReader, TraceWriter
+
+pytestmark = pytest.mark.integration
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+
+
+def without_job(src: Path, dest: Path, job: str) -> Phase:
+    """``src`` without the phases of ``job``; returns the first of them (its hosts and times)."""
+    taken = []
+    with TraceReader(src) as reader, TraceWriter(dest, "test", 0, dict(reader.header.meta)) as writer:
+        for rec in reader:
+            if rec.topic == topics.PHASES and decode(rec.value(), Phase).job == job:
+                taken.append(decode(rec.value(), Phase))
+                continue
+            writer.write(rec.topic, rec.key, rec.ts_ns, rec.value())
+    return taken[0]
+
+
+def nccl_logs(folder: Path, phase: Phase) -> list[Path]:
+    """One log per rank of ``phase``'s hosts, as NCCL writes them with NCCL_DEBUG_SUBSYS=INIT,COLL
+    and NCCL_DEBUG_TIMESTAMP_LEVELS=INFO (default format ``[%F %T] ``, local time): a Reduce to
+    the receiver every 20 ms from the phase's begin to its end."""
+    hosts = phase.participants()
+    root = hosts.index("h010")
+    paths = []
+    for rank, host in enumerate(hosts):
+        pid = 7000 + rank
+        lines = [
+            f"{host}:{pid}:{pid} [0] NCCL INFO comm 0x{rank:x}0 rank {rank} nranks {len(hosts)} "
+            "cudaDev 0 busId 1b000 commId 0x5eed - Init COMPLETE"
+        ]
+        for t_ns in range(phase.begin_ns, phase.end_ns, 20_000_000):
+            stamp = time.strftime("[%Y-%m-%d %H:%M:%S]", time.localtime(t_ns // 10**9))
+            lines.append(
+                f"{stamp} {host}:{pid}:{pid + 1} [0] NCCL INFO Reduce: opCount {t_ns // 20_000_000:x} "
+                f"sendbuff 0x7f00 recvbuff 0x7f80 count 4194304 datatype 9 op 0 root {root} "
+                f"comm 0x{rank:x}0 [nranks={len(hosts)}] stream 0x9"
+            )
+        path = folder / f"{host}.{pid}.log"
+        path.write_text("\n".join(lines) + "\n")
+        paths.append(path)
+    return paths
+
+
+def incasts(capsys) -> list[dict]:
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    return [e for e in events if e.get("kind") == "incast" and e.get("status") == "firing"]
+
+
+def test_a_job_s_nccl_logs_name_it_and_its_collective_in_the_incast(tmp_path, capsys):
+    start = (time.time_ns() // 10**9 - 3600) * 10**9
+    full = tmp_path / "incast.trace"
+    simulate(load_scenario(SCENARIOS / "incast.yaml", {"duration": 50, "start_time": start}), full)
+    counters = tmp_path / "counters.trace"
+    simulated = without_job(full, counters, "moe-b")
+
+    assert main(["replay", str(counters), "--json"]) == 0
+    (before,) = incasts(capsys)
+    assert before["jobs"] == ["llm-a"], "only the background AllReduce job is left to name"
+    assert not any(c.startswith("Reduce ") for c in before["collectives"]), before["collectives"]
+
+    logs = nccl_logs(tmp_path, simulated)
+    phases = tmp_path / "phases.trace"
+    assert main(["phases", "import", "--job", "moe-real", "--out", str(phases), *map(str, logs)]) == 0
+    capsys.readouterr()
+    assert main(["replay", str(counters), "--with", str(phases), "--json"]) == 0
+    (after,) = incasts(capsys)
+    assert after["jobs"][0] == "moe-real", after["jobs"]
+    assert any(c.startswith("Reduce comm 0x5eed") for c in after["collectives"]), after["collectives"]
+    assert after["root"] == before["root"], "the same incast, now named"
