@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from fabricwatch.ingest.nccl_log import COLL_HINT, CollCall, CommInit, LineError, parse_line, scan
 from fabricwatch.ingest.phase_coalescer import PhaseCoalescer
@@ -42,12 +43,14 @@ class NcclPhaseReader:
         coalescer: PhaseCoalescer,
         warn: Callable[[str], None] = print,
         stamp_untimed: bool = True,
+        stats: ReadStats | None = None,
+        said: set[str] | None = None,
     ) -> None:
         self.coalescer = coalescer
-        self.stats = ReadStats()
+        self.stats = stats if stats is not None else ReadStats()
         self._warn = warn
         self._stamp_untimed = stamp_untimed
-        self._said: set[str] = set()
+        self._said = said if said is not None else set()
 
     def line(self, text: str, read_ns: int | None = None) -> list[Phase]:
         self.stats.lines += 1
@@ -104,3 +107,42 @@ class NcclPhaseReader:
         if kind not in self._said:
             self._said.add(kind)
             self._warn(f"{text}; skipped (said once per kind, counted)")
+
+
+class JobReaders:
+    """A node's logs of several jobs: a reader per job, the job named by ``--job`` or by the
+    directory a log is in (``NCCL_DEBUG_FILE=/var/log/nccl/<job>/%h.%p.log``). Counts and what was
+    said are shared, so a problem is said once whichever job's log shows it."""
+
+    def __init__(
+        self,
+        job: str | None,
+        gap_s: float,
+        source: str,
+        warn: Callable[[str], None],
+        stamp_untimed: bool,
+    ) -> None:
+        self.stats = ReadStats()
+        self._job, self._gap_s, self._source = job, gap_s, source
+        self._warn, self._stamp_untimed = warn, stamp_untimed
+        self._said: set[str] = set()
+        self._readers: dict[str, NcclPhaseReader] = {}
+
+    @property
+    def phases(self) -> int:
+        return sum(r.coalescer.stats.phases for r in self._readers.values())
+
+    def reader(self, path: str) -> NcclPhaseReader:
+        job = self._job or Path(path).parent.name
+        found = self._readers.get(job)
+        if found is None:
+            coalescer = PhaseCoalescer(job, self._gap_s, self._source)
+            found = NcclPhaseReader(coalescer, self._warn, self._stamp_untimed, self.stats, self._said)
+            self._readers[job] = found
+        return found
+
+    def due(self, now_ns: int) -> list[Phase]:
+        return [ph for r in self._readers.values() for ph in r.due(now_ns)]
+
+    def close_all(self) -> list[Phase]:
+        return [ph for r in self._readers.values() for ph in r.close_all()]

@@ -151,3 +151,37 @@ def test_the_switch_collector_deployment_shares_switches_and_its_job_publishes_t
     assert deployment["spec"]["replicas"] >= 2
     publish = collect_args(job["spec"]["template"]["spec"]["containers"][0]["args"])
     assert publish.publish_switches and publish.config == args.config
+
+
+def phases_args(argv: list[str]) -> argparse.Namespace:
+    from fabricwatch.cli import phases
+
+    parser = argparse.ArgumentParser(prog="fabricwatch")
+    phases.add_parser(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(argv)
+
+
+def test_the_systemd_phase_collector_unit_runs_phases_collect_with_arguments_it_accepts():
+    unit = DEPLOY / "systemd" / "fabricwatch-phases.service"
+    args = phases_args(exec_start(unit, "")[1:])
+    assert (args.command, args.mode) == ("phases", "collect") and args.job is None  # a job per directory
+    assert args.log == ["/var/log/nccl/*/*.log"]
+    assert args.config == args.broker_config == Path("/etc/fabricwatch/fabricwatch.yaml")
+    assert "User=fabricwatch" in unit.read_text()
+
+
+def test_the_daemonset_follows_the_node_s_nccl_logs_read_only():
+    docs = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "collector.yaml").read_text()))
+    pod = next(d for d in docs if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+    container = next(c for c in pod["containers"] if c["name"] == "phases")
+    args = phases_args(container["args"])
+    assert (args.command, args.mode, args.job) == ("phases", "collect", None)
+    (pattern,) = args.log
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    logs = next(m for m in mounts.values() if pattern.startswith(m["mountPath"] + "/"))
+    assert logs["readOnly"] is True and volumes[logs["name"]]["hostPath"]["path"] == "/var/log/nccl"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["http-phases"] == args.web_port and args.web_bind == "$(POD_IP)"
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http-phases"}
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}

@@ -220,3 +220,16 @@ def test_a_read_of_many_lines_gives_the_phases_line_by_line_reading_gives(timed)
     assert sorted(map(repr, by_chunk)) == sorted(map(repr, by_line))
     assert (chunked.stats.calls, chunked.stats.lines) == (lined.stats.calls, lined.stats.lines) == (480, 480)
     assert len(by_chunk) == (12 if timed else 4), "timed: three steps apart; untimed: one read, one time"
+
+
+def test_without_a_job_name_each_log_s_directory_names_its_job(tmp_path):
+    """One node, two jobs: NCCL_DEBUG_FILE=/var/log/nccl/<job>/%h.%p.log names each."""
+    for job, op in (("llama-70b", "AllReduce"), ("mixtral", "AllToAll")):
+        (tmp_path / job).mkdir()
+        lines = calls_of("gpu7", 100, "0xa", op.replace("AllToAll", "AlltoAll"), 10, 0, MS)
+        (tmp_path / job / "gpu7.100.log").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "phases.trace"
+    assert main(["phases", "import", "--out", str(out), *map(str, tmp_path.glob("*/*.log"))]) == 0
+    with TraceReader(out) as reader:
+        phases = [decode(r.value(), Phase) for r in reader]
+    assert sorted((p.job, p.op) for p in phases) == [("llama-70b", "AllReduce"), ("mixtral", "AllToAll")]

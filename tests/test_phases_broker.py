@@ -10,12 +10,14 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 from streaming import Collector
 from waiting import wait_for
 
+from fabricwatch.local.broker import free_port
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Phase, decode
 
@@ -67,8 +69,9 @@ def test_eight_ranks_logs_reach_fabric_phases_with_no_line_lost(broker, tmp_path
         "--broker",
         broker.bootstrap,
     ]
+    web = free_port()
     collector = subprocess.Popen(
-        [sys.executable, "-m", "fabricwatch", *argv, "--interval", "0.1"],
+        [sys.executable, "-m", "fabricwatch", *argv, "--interval", "0.1", "--web-port", str(web)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -86,10 +89,16 @@ def test_eight_ranks_logs_reach_fabric_phases_with_no_line_lost(broker, tmp_path
     for w in writers:
         w.join()
     time.sleep(1.0)  # the last reads and the idle gap
+    total = sum(written)
+    with urllib.request.urlopen(f"http://127.0.0.1:{web}/healthz", timeout=5) as answer:
+        assert answer.status == 200
+    with urllib.request.urlopen(f"http://127.0.0.1:{web}/metrics", timeout=5) as answer:
+        metrics = answer.read().decode()
+    assert f"fabricwatch_phases_calls_total {float(total)}" in metrics
+    assert "fabricwatch_phases_read_duration_seconds_count" in metrics
     collector.send_signal(signal.SIGTERM)
     out, err = collector.communicate(timeout=30)
     assert collector.returncode == 0, err
-    total = sum(written)
     assert total >= RANKS * CALLS_PER_S * SECONDS * 0.5, written
     assert f"{total} collective calls and {RANKS} communicator inits" in out, (out, err)
     assert "8 rotations" in err and "0 not UTF-8" in err

@@ -15,7 +15,7 @@ from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Phase, encode
 
 if TYPE_CHECKING:
-    from fabricwatch.ingest.nccl_phases import NcclPhaseReader
+    from fabricwatch.ingest.nccl_phases import JobReaders
     from fabricwatch.streams.kafka_io import Publisher
 
 HELP = "collective phases from NCCL/RCCL logs: follow them on a node, or import finished ones"
@@ -53,6 +53,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="read the files present at start from their beginning (default: from their end)",
     )
     c.add_argument("--count", type=int, default=None, help="stop after this many reads (default: never)")
+    c.add_argument(
+        "--web-bind", default="127.0.0.1", help="address of /metrics and /healthz (default: 127.0.0.1)"
+    )
+    c.add_argument(
+        "--web-port",
+        type=int,
+        default=None,
+        help="port of /metrics and /healthz, 0 for none (default: 6071 when publishing to a broker, "
+        "none when only writing a trace)",
+    )
     i = modes.add_parser(
         "import",
         help="read finished NCCL/RCCL logs into a trace of phases",
@@ -65,7 +75,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--job", required=True, help="the job's name, as incidents will name it")
+    p.add_argument(
+        "--job",
+        default=None,
+        help="the job's name, as incidents will name it (default: the name of the directory each "
+        "log file is in, as with NCCL_DEBUG_FILE=/var/log/nccl/<job>/%%h.%%p.log)",
+    )
     p.add_argument(
         "--gap",
         type=float,
@@ -75,38 +90,41 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fabricwatch.ingest.nccl_phases import NcclPhaseReader
-    from fabricwatch.ingest.phase_coalescer import PhaseCoalescer
+    from fabricwatch.ingest.nccl_phases import JobReaders
 
     if not 0 < args.gap <= 60:
         raise ValueError("--gap must be between 0 and 60 seconds")
     source = "nccl-log" if args.mode == "import" else f"nccl-log:{_hostname()}"
-    reader = NcclPhaseReader(PhaseCoalescer(args.job, args.gap, source), _warn, args.mode == "collect")
+    readers = JobReaders(args.job, args.gap, source, _warn, args.mode == "collect")
     if args.mode == "import":
-        return _import(args, reader)
-    return _collect(args, reader)
+        return _import(args, readers)
+    return _collect(args, readers)
 
 
-def _import(args: argparse.Namespace, reader: NcclPhaseReader) -> int:
+def _import(args: argparse.Namespace, readers: JobReaders) -> int:
     from fabricwatch.schemas.trace import TraceWriter
 
     phases: list[Phase] = []
     for path in args.files:
+        reader = readers.reader(str(path))
         with open(path, encoding="utf-8", errors="replace") as f:
             for text in f:
                 phases += reader.line(text)
-    phases += reader.close_all()
+    phases += readers.close_all()
     phases.sort(key=lambda ph: ph.begin_ns)
-    with TraceWriter(args.out, "phases import", time.time_ns(), {"job": args.job}) as writer:
+    with TraceWriter(
+        args.out, "phases import", time.time_ns(), {"jobs": sorted({p.job for p in phases})}
+    ) as w:
         for ph in phases:
-            writer.write_message(topics.PHASES, ph.job, ph.begin_ns, ph)
-    _summary(reader, len(phases), args.out)
-    return 0 if phases or not reader.stats.calls else 1
+            w.write_message(topics.PHASES, ph.job, ph.begin_ns, ph)
+    _summary(readers, len(phases), args.out)
+    return 0 if phases or not readers.stats.calls else 1
 
 
-def _collect(args: argparse.Namespace, reader: NcclPhaseReader) -> int:
-    from fabricwatch.cli.collect_outputs import publishing
+def _collect(args: argparse.Namespace, readers: JobReaders) -> int:
+    from fabricwatch.cli.collect_outputs import outcomes, publishing, serve_metrics
     from fabricwatch.ingest.log_tail import LogTail
+    from fabricwatch.phase_metrics import PhaseMetrics
     from fabricwatch.schemas.trace import TraceWriter
     from fabricwatch.streams.kafka_io import Publisher, ensure_topics
 
@@ -116,10 +134,9 @@ def _collect(args: argparse.Namespace, reader: NcclPhaseReader) -> int:
     sent = 0
     with ExitStack() as stack:
         outputs = []
+        publisher = None
         if args.out is not None:
-            writer = stack.enter_context(
-                TraceWriter(args.out, "phases collect", time.time_ns(), {"job": args.job})
-            )
+            writer = stack.enter_context(TraceWriter(args.out, "phases collect", time.time_ns(), {}))
             outputs.append(lambda ph: writer.write_message(topics.PHASES, ph.job, ph.begin_ns, ph))
         if publishing(args):
             settings = options.broker_settings(args)
@@ -130,18 +147,23 @@ def _collect(args: argparse.Namespace, reader: NcclPhaseReader) -> int:
         if not outputs:
             raise ValueError("nowhere to put the phases: give --broker HOST:PORT, --out TRACE, or both")
         tail = stack.enter_context(LogTail(args.log, args.from_start))
+        published = outcomes(publisher) if publisher else None
+        metrics = PhaseMetrics(tail.stats, readers.stats, lambda: readers.phases, args.interval, published)
+        serve_metrics(stack, metrics, args.web_bind, args.web_port, 6071, publisher, _warn)
         reads = 0
         while not stopping.event.is_set() and (args.count is None or reads < args.count):
+            began = time.monotonic()
             now = time.time_ns()
-            closed = [ph for _, text in tail.read() for ph in reader.line(text, now)]
-            closed += reader.due(time.time_ns())
+            closed = [ph for path, text in tail.read_chunks() for ph in readers.reader(path).chunk(text, now)]
+            closed += readers.due(time.time_ns())
             for ph in closed:
                 for put in outputs:
                     put(ph)
             sent += len(closed)
             reads += 1
+            metrics.observe_read(time.monotonic() - began)
             stopping.event.wait(args.interval)
-        for ph in reader.close_all():
+        for ph in readers.close_all():
             for put in outputs:
                 put(ph)
             sent += 1
@@ -151,7 +173,7 @@ def _collect(args: argparse.Namespace, reader: NcclPhaseReader) -> int:
             f"truncations, {t.vanished} removed, {t.not_utf8} not UTF-8)",
             file=sys.stderr,
         )
-    _summary(reader, sent, args.out)
+    _summary(readers, sent, args.out)
     return stopping.exit_code
 
 
@@ -161,8 +183,8 @@ def _close_publisher(publisher: Publisher) -> None:
     print(f"published {s.acked} of {s.sent} phases ({s.failed} failed, {s.dropped} dropped)", file=sys.stderr)
 
 
-def _summary(reader: NcclPhaseReader, phases: int, out: Path | None) -> None:
-    s = reader.stats
+def _summary(readers: JobReaders, phases: int, out: Path | None) -> None:
+    s = readers.stats
     where = f" to {out}" if out is not None else ""
     print(
         f"{s.calls} collective calls and {s.inits} communicator inits in {s.lines} lines made {phases} "

@@ -1,0 +1,92 @@
+"""The phase collector's self-metrics and health, for ``/metrics`` and ``/healthz``, as the other
+daemons have them: counts read from its tail's, reader's and publisher's stats at scrape time, the
+time one read of the log files took as a histogram. Healthy means a read finished recently."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from fabricwatch.collector_metrics import POLL_BUCKETS_S
+from fabricwatch.ingest.log_tail import TailStats
+from fabricwatch.ingest.nccl_phases import ReadStats
+
+
+class PhaseMetrics:
+    """A prometheus-client registry for one ``phases collect``."""
+
+    def __init__(
+        self,
+        tail: TailStats,
+        reader: ReadStats,
+        phases: Callable[[], int],
+        interval_s: float,
+        published: Callable[[], dict[str, int]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        from prometheus_client import CollectorRegistry, Histogram
+
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._read_seconds = Histogram(
+            "fabricwatch_phases_read_duration_seconds",
+            "Time one read of the log files took, parsing and hand-over of its phases included",
+            buckets=POLL_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.registry.register(_Counts(tail, reader, phases, published))
+        self._interval_s = interval_s
+        self._clock = clock
+        self._started = clock()
+        self._last_read: float | None = None
+
+    def observe_read(self, seconds: float) -> None:
+        self._read_seconds.observe(seconds)
+        self._last_read = self._clock()
+
+    def health(self) -> tuple[bool, str]:
+        since = self._clock() - (self._last_read or self._started)
+        allowed = max(3 * self._interval_s, 5.0)
+        if since > allowed:
+            return False, f"no read of the logs finished for {since:.0f} s (interval {self._interval_s} s)"
+        return True, f"ok: last read {since:.1f} s ago"
+
+
+class _Counts:
+    def __init__(
+        self,
+        tail: TailStats,
+        reader: ReadStats,
+        phases: Callable[[], int],
+        published: Callable[[], dict[str, int]] | None,
+    ) -> None:
+        self._tail, self._reader, self._phases, self._published = tail, reader, phases, published
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        t, r = self._tail, self._reader
+        yield GaugeMetricFamily("fabricwatch_phases_files", "Log files being followed", value=t.files)
+        yield CounterMetricFamily("fabricwatch_phases_lines", "Log lines read", value=t.lines)
+        for name, value, text in (
+            ("rotations", t.rotations, "Log files rotated (read to their end, their successor followed)"),
+            ("truncations", t.truncations, "Log files truncated or rewritten (read again from their start)"),
+            ("not_utf8_lines", t.not_utf8, "Lines with bytes that are not UTF-8"),
+            ("calls", r.calls, "Collective calls read"),
+            ("untimed_calls", r.untimed, "Calls left out for want of a time (import only)"),
+            ("phases", self._phases(), "Phases made of the calls"),
+        ):
+            yield CounterMetricFamily(f"fabricwatch_phases_{name}", text, value=value)
+        skipped = CounterMetricFamily(
+            "fabricwatch_phases_skipped_lines", "Lines that could not be read, by kind", labels=["kind"]
+        )
+        for kind, n in sorted(r.problems.items()):
+            skipped.add_metric([kind], n)
+        yield skipped
+        if self._published is not None:
+            messages = CounterMetricFamily(
+                "fabricwatch_phases_messages", "Phases handed to the broker, by outcome", labels=["outcome"]
+            )
+            for outcome, n in self._published().items():
+                messages.add_metric([outcome], n)
+            yield messages
