@@ -73,6 +73,7 @@ OPS = {
     "AlltoAll": "AllToAll",
 }
 """NCCL's and RCCL's names of the collectives the phase vocabulary knows (``schemas.messages``)."""
+KNOWN_OPS = frozenset(OPS.values()) | {"SendRecv"}
 
 
 class CollCall(NamedTuple):
@@ -92,6 +93,8 @@ class CollCall(NamedTuple):
     n: int = 1
     """Calls this stands for: ``scan`` folds consecutive lines that differ only in their buffers
     and element count into one, their bytes summed."""
+    dur_ns: int = 0
+    """How long the call ran, where the record says (a profiler's kernel); a log line does not."""
 
 
 class CommInit(NamedTuple):
@@ -168,8 +171,8 @@ def scan(text: str) -> tuple[list[CollCall], int]:
         counts = [row[3] for row in run]
         host, pid, ts = who
         nbytes = sum(map(int, counts)) * DTYPE_BYTES[size]
-        fields = (host, pid, comm, name, nbytes, int(nranks), int(root), ts, len(counts))
-        calls.append(_new_tuple(CollCall, fields))
+        fields = (host, pid, comm, name, nbytes, int(nranks), int(root), ts, len(counts), 0)
+        calls.append(_new_tuple(CollCall, fields))  # every field: tuple.__new__ knows no defaults
     return calls, len(rows)
 
 

@@ -90,6 +90,19 @@ class NcclPhaseReader:
             calls = timed
         return self.coalescer.calls(calls, read_ns if read_ns is not None else time.time_ns())
 
+    def record(self, rec: CollCall | CommInit) -> list[Phase]:
+        """A call or a communicator from another record of the job (``phase_formats``), timed."""
+        if isinstance(rec, CommInit):
+            self.stats.inits += 1
+            self.coalescer.init(rec)
+            return []
+        self.stats.calls += rec.n
+        return self.coalescer.call(rec, rec.ts_ns or 0)
+
+    def problem(self, kind: str, text: str) -> None:
+        """Something that cost a line or a record: counted, and said once per kind."""
+        self._problem(kind, text)
+
     def due(self, now_ns: int) -> list[Phase]:
         return self.coalescer.due(now_ns)
 

@@ -96,7 +96,7 @@ class PhaseCoalescer:
             root = c.root if c.op in ROOTED else None
             current = self._open[key] = _Open(c.op, ts, ts, root)
         current.begin_ns = min(current.begin_ns, ts)
-        current.last_ns = max(current.last_ns, ts)
+        current.last_ns = max(current.last_ns, ts + c.dur_ns)
         current.calls += count
         current.hosts.add(c.host)
         if rank is not None:

@@ -65,12 +65,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     i = modes.add_parser(
         "import",
-        help="read finished NCCL/RCCL logs into a trace of phases",
-        description="Read finished NCCL/RCCL logs into a trace of phases. Only lines with their "
-        "own time can be placed: log with NCCL_DEBUG_TIMESTAMP_LEVELS=INFO (NCCL 2.26 or later).",
+        help="read a finished job's NCCL/RCCL logs, Inspector output or PyTorch traces into a trace",
+        description="Read a finished job's records of its collectives into a trace of phases: "
+        "NCCL/RCCL logs (only lines with their own time can be placed: log with "
+        "NCCL_DEBUG_TIMESTAMP_LEVELS=INFO, NCCL 2.26 or later), the NCCL Inspector's JSON output, "
+        "PyTorch profiler (Kineto) traces and Flight Recorder dumps in JSON.",
     )
     _common(i)
-    i.add_argument("files", nargs="+", type=Path, help="log files")
+    i.add_argument(
+        "files",
+        nargs="+",
+        type=Path,
+        help="NCCL/RCCL logs, NCCL Inspector JSON output, Kineto traces or Flight Recorder dumps "
+        "(JSON), told apart by content",
+    )
+    i.add_argument(
+        "--host", default=None, help="the host of Kineto traces and Flight Recorder dumps, which do not say"
+    )
     i.add_argument("--out", type=Path, required=True, help="trace file to write (.gz to compress)")
 
 
@@ -102,14 +113,27 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace, readers: JobReaders) -> int:
+    from fabricwatch.ingest.phase_formats import FormatError, detect, records
     from fabricwatch.schemas.trace import TraceWriter
 
     phases: list[Phase] = []
+    failed = 0
     for path in args.files:
         reader = readers.reader(str(path))
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for text in f:
-                phases += reader.line(text)
+        text = path.read_text(encoding="utf-8", errors="replace")
+        try:
+            kind = detect(text)
+            if kind == "nccl-log":
+                phases += [ph for line in text.splitlines() for ph in reader.line(line)]
+                continue
+            skipped: list[str] = []
+            for rec in records(kind, text, args.host, skipped):
+                phases += reader.record(rec)
+            for problem in skipped:
+                reader.problem(problem, f"{path}: {problem}")
+        except FormatError as exc:
+            failed += 1
+            _warn(f"{path}: {exc}; skipped")
     phases += readers.close_all()
     phases.sort(key=lambda ph: ph.begin_ns)
     with TraceWriter(
@@ -118,7 +142,7 @@ def _import(args: argparse.Namespace, readers: JobReaders) -> int:
         for ph in phases:
             w.write_message(topics.PHASES, ph.job, ph.begin_ns, ph)
     _summary(readers, len(phases), args.out)
-    return 0 if phases or not readers.stats.calls else 1
+    return 0 if phases and not failed else 1
 
 
 def _collect(args: argparse.Namespace, readers: JobReaders) -> int:
