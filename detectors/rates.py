@@ -20,7 +20,15 @@ or not at all. The rules, applied to the whole ports x counters matrix at once:
   per refresh instead of nine zeros and one spike). A value held longer than ``HOLD_MAX_S`` is let
   go: the counter starts afresh when it returns;
 * a snapshot with the same timestamp as the previous one is a duplicate and one older than it is
-  late: both are dropped and counted, and the state does not move backwards.
+  late: both are dropped and counted, and the state does not move backwards;
+* a stale snapshot, one in which no counter of the device moved while it was moving before, is a
+  read of counters the device has not refreshed yet (a switch that refreshes every second, polled
+  every half second, shows every other read unchanged and the next one doubled): its rates are
+  unknown, and the state stays at the last change, so the next change gives its rate over the
+  whole time since. A device that stays unchanged past ``STALE_MAX_S`` has really gone quiet:
+  its rates are zero again;
+* where the topology gives a port's line rate, a byte or packet rate past ``LINE_SLACK`` times what
+  the line can carry is impossible (unknown, counted), as a rate past the vocabulary's bound is.
 
 Gauges pass through; watermarks (peak since the previous read) pass through too.
 """
@@ -40,6 +48,15 @@ MIN_WIRE_BYTES = 84
 WRAP_LINE_SLACK = 1.5
 """How far past the line rate a wrap may imply before it is taken for a reset: timestamps are taken
 at read time, so a delta can look somewhat faster than the line; three times faster cannot."""
+LINE_SLACK = WRAP_LINE_SLACK
+"""How far past the line rate a byte or packet rate may go before it is impossible (the same read-
+time jitter allowance)."""
+STALE_MAX_S = 2.0
+"""Longest a device's unchanged reads are taken for reads of counters not refreshed yet: switches
+refresh their port counters every second or two (SONiC's default is 1 s), so a device read
+unchanged for longer than that has gone quiet. Counter groups refreshed more slowly (SONiC's queues
+every 10 s) are the collector's to mark (``ingest/sonic.py``); here the whole device counts."""
+_STALE_MAX_NS = int(STALE_MAX_S * 1e9)
 _PER_LINE_BYTE = {"bytes": 1.0, "packets": 1.0 / MIN_WIRE_BYTES, "frames": 1.0 / MIN_WIRE_BYTES}
 HOLD_MAX_S = 60.0
 """Longest a missing counter's last value is held for a rate over the gap: SONiC's slowest default
@@ -143,6 +160,8 @@ class RateStats:
     port_resets: int = 0
     impossible: int = 0
     layout_changes: int = 0
+    stale: int = 0
+    """Snapshots in which nothing moved on a device that was moving: unknown, not zero."""
 
 
 @dataclass
@@ -154,6 +173,8 @@ class _DeviceState:
     valid: np.ndarray | None
     read_ns: np.ndarray | None = None
     """When each value was read, where some are held from an earlier snapshot (None: all at ts_ns)."""
+    moving: bool = False
+    """Some counter moved between this snapshot and the one before."""
 
     def held_since(self) -> np.ndarray:
         return self.read_ns if self.read_ns is not None else np.full(self.raw.shape, self.ts_ns, np.int64)
@@ -189,7 +210,23 @@ class RateEngine:
         if prev.layout is not layout or prev.ports != snap.ports:
             self.stats.layout_changes += 1
             prev = _realign(prev, layout, snap.ports)
-        self._devices[snap.device] = _held(prev, _DeviceState(snap.ts_ns, layout, snap.ports, raw, valid))
+        elif (
+            prev.moving and snap.ts_ns - prev.ts_ns <= _STALE_MAX_NS and _unchanged(layout, prev, raw, valid)
+        ):
+            self.stats.stale += 1
+            unknown = np.full(raw.shape, np.nan)
+            return RateFrame(
+                snap.device,
+                snap.device_kind,
+                snap.ts_ns,
+                (snap.ts_ns - prev.ts_ns) / 1e9,
+                snap.ports,
+                layout,
+                unknown,
+            )
+        cur = _held(prev, _DeviceState(snap.ts_ns, layout, snap.ports, raw, valid))
+        cur.moving = bool(((raw != prev.raw) & layout.is_counter).any())
+        self._devices[snap.device] = cur
         dt = (snap.ts_ns - prev.ts_ns) / 1e9
         if prev.read_ns is None:
             values = self._rates(layout, prev, raw, valid, dt, line_Bps)
@@ -233,6 +270,9 @@ class RateEngine:
         delta /= dt
         rates = np.where(layout.is_counter, delta, cur)
         impossible = rates > layout.max_rate
+        if line_Bps is not None:
+            with np.errstate(invalid="ignore"):
+                impossible |= rates > line_Bps[:, None] * layout.per_line_byte * LINE_SLACK
         if impossible.any():
             self.stats.impossible += int(impossible.sum())
             rates[impossible] = np.nan
@@ -247,6 +287,15 @@ class RateEngine:
         port_reset = reset.any(axis=1, keepdims=True)
         self.stats.port_resets += int(port_reset.sum())
         return np.where(went_down & port_reset, cur * layout.scale, delta)
+
+
+def _unchanged(layout: Layout, prev: _DeviceState, raw: np.ndarray, valid: np.ndarray | None) -> bool:
+    """Nothing the snapshot holds differs from the device's last values, counters or gauges (what
+    is missing aside), and it holds some counter: a repeat of the last read."""
+    same = raw == prev.raw
+    if valid is None:
+        return bool(same.all())
+    return bool((same | ~valid).all() and (valid & layout.is_counter).any())
 
 
 def _held(prev: _DeviceState, cur: _DeviceState) -> _DeviceState:

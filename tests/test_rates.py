@@ -51,10 +51,15 @@ def test_wrapped_counter_gives_exact_increments(width, start, dt_ms, fractions):
         value = (value + inc) % modulus
         snaps.append(snap(T0 + i * dt_ms * 1_000_000, [spec], [[value]]))
     frames = run(RateEngine(), snaps)
-    got = [f.values[0, 0] * f.dt_s for f in frames]
-    assert len(got) == len(increments)
-    for g, want in zip(got, increments, strict=True):
-        assert math.isclose(g, want, rel_tol=1e-9, abs_tol=1e-6)
+    assert len(frames) == len(increments)
+    pending, moved = 0, False
+    for f, inc in zip(frames, increments, strict=True):
+        pending += inc
+        if math.isnan(f.values[0, 0]):  # an unchanged read after movement: not refreshed yet
+            assert inc == 0 and moved
+            continue
+        assert math.isclose(f.values[0, 0] * f.dt_s, pending, rel_tol=1e-9, abs_tol=1e-6)
+        pending, moved = 0, inc > 0
 
 
 def test_64bit_wrap_near_the_top():
@@ -272,3 +277,55 @@ def test_matrix_is_vectorised_over_ports_and_counters():
     assert np.all(frames[0].values == 7.0)
     idx, prio = frames[0].layout.indexed("rx_pfc_frames")
     assert prio.tolist() == list(range(8)) and idx.tolist() == list(range(8))
+
+
+PKTS = CounterSpec("rx_packets", width=64)
+
+
+def test_a_device_read_faster_than_it_refreshes_gives_unknown_then_the_true_rate():
+    """Found (issue 15, class 5): a switch refreshing its counters every second, polled every half
+    second, showed every other snapshot unchanged and the next doubled: 0, then 1.14x line rate.
+    The unchanged read is unknown; the next change's rate spans the whole second."""
+    e = RateEngine()
+    rows, value, packets = [], 0, 0
+    for i in range(9):
+        if i % 2 == 1:  # the switch refreshed since the last read
+            value += 50_000_000_000  # 50 GB/s: 400 Gb/s, at line rate
+            packets += 12_000_000
+        rows.append([value, packets])
+    frames = run(e, [snap(T0 + i * 500_000_000, [BYTES64, PKTS], [r]) for i, r in enumerate(rows)])
+    rates = [f.values[0, 0] for f in frames][1:]  # the first interval cannot tell: nothing was moving
+    assert all(math.isnan(r) for r in rates[0::2]), "the reads that saw nothing new are unknown"
+    assert rates[1::2] == [50e9, 50e9, 50e9], "the true rate, over the whole second, never doubled"
+    assert e.stats.stale == 4
+
+
+def test_a_device_that_goes_quiet_reads_zero_once_it_stays_unchanged():
+    e = RateEngine()
+    rows = [[0], [1000], [1000], [1000], [1000], [1000]]
+    times = [0, 1, 2, 3, 4, 5]  # seconds
+    frames = run(e, [snap(T0 + t * 10**9, [BYTES64], [r]) for t, r in zip(times, rows, strict=True)])
+    rates = [f.values[0, 0] for f in frames]
+    assert rates[0] == 1000.0 and math.isnan(rates[1]) and math.isnan(rates[2])  # maybe not refreshed
+    assert rates[3:] == [0.0, 0.0], "unchanged past STALE_MAX_S: quiet, not stale"
+
+
+def test_an_idle_device_is_zero_not_unknown():
+    frames = run(RateEngine(), [snap(T0 + i * 10**9, [BYTES64], [[77]]) for i in range(4)])
+    assert [f.values[0, 0] for f in frames] == [0.0, 0.0, 0.0]
+
+
+def test_a_rate_past_the_port_s_line_rate_is_impossible():
+    """Found (issue 15, class 5): the impossible-rate bound was one 2 Tb/s figure for every port;
+    3.9x a 200G host port's line rate passed. Where the topology gives the line rate, it bounds."""
+    e = RateEngine()
+    line = np.array([25e9, 25e9])  # two 200 Gb/s ports, in bytes per second
+    first = snap(T0, [BYTES64], [[0], [0]], ports=["p0", "p1"])
+    second = snap(T0 + 10**9, [BYTES64], [[int(3.9 * 25e9)], [int(1.2 * 25e9)]], ports=["p0", "p1"])
+    e.update(first, line)
+    frame = e.update(second, line)
+    assert math.isnan(frame.values[0, 0]) and frame.values[1, 0] == 1.2 * 25e9
+    assert e.stats.impossible == 1
+    plain = RateEngine()
+    plain.update(first)
+    assert plain.update(second).values[0, 0] == 3.9 * 25e9, "without a line rate, the vocabulary's bound"
