@@ -75,6 +75,10 @@ class EcmpConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     hold_max_over_mean: float = 1.25
     hold_hot_utilisation: float = 0.7
     persist_polls: int = 3
+    max_unknown_polls: int = 4
+    """Polls in a row a group's shares may be unknown (a member's rate missing, or the switch not
+    refreshed yet) without breaking its streak or its report: an unknown poll is neither skewed
+    nor healthy. Past it, the report is no longer refreshed (stage 2 lets it expire)."""
 
 
 class IncidentConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from fabricwatch.detectors.config import EcmpConfig
@@ -27,6 +28,13 @@ class _GroupIndex:
     rows: np.ndarray
     members: np.ndarray
     window: deque = field(default_factory=deque)
+    unknown_polls: int = 0
+    """Polls in a row with some member's bytes unknown."""
+    poll_s: float = float("inf")
+    """The device's poll interval: the shortest interval seen (a poll after unknown ones spans
+    several)."""
+    reported: list[Symptom] = field(default_factory=list)
+    """The active reports of the last known poll, said again through unknown polls."""
 
 
 class EcmpDetector:
@@ -43,7 +51,17 @@ class EcmpDetector:
         if index.rows.size == 0:
             return []
         cfg = self.config
-        sent = np.where(index.members, np.nan_to_num(tx)[index.rows] * frame.dt_s, 0.0)
+        index.poll_s = min(index.poll_s, frame.dt_s)
+        member_tx = tx[index.rows]
+        if np.isnan(member_tx[index.members]).any():
+            # Unknown, not idle: a zero here would read as the group's traffic moving elsewhere.
+            # The streak neither grows nor breaks; what was reported is said again, for a while.
+            index.unknown_polls += 1
+            if index.unknown_polls > cfg.max_unknown_polls:
+                return []
+            return [msgspec.structs.replace(s, ts_ns=frame.ts_ns) for s in index.reported]
+        index.unknown_polls = 0
+        sent = np.where(index.members, member_tx * frame.dt_s, 0.0)
         index.window.append((sent, frame.dt_s))
         while len(index.window) > cfg.window_polls:
             index.window.popleft()
@@ -67,7 +85,9 @@ class EcmpDetector:
         skewed = begins | (holds & ((streak.polls > 0) | streak.active))
 
         streak.step(skewed, frame.ts_ns, frame.dt_s)
-        streak.start(streak.polls >= cfg.persist_polls)
+        # Persistence is time: persist_polls poll intervals, however many frames brought them (a
+        # frame after unknown polls spans several; with every frame one poll, this is polls).
+        streak.start(streak.seconds >= cfg.persist_polls * index.poll_s * (1 - 1e-6))
         cleared = streak.stop(~skewed)
 
         def symptom(g: int, active: bool) -> Symptom:
@@ -90,7 +110,9 @@ class EcmpDetector:
                 ),
             )
 
-        return streak.report(cleared, symptom)
+        said = streak.report(cleared, symptom)
+        index.reported = [s for s in said if s.active]
+        return said
 
     def _group_index(self, frame: RateFrame, groups: list[EcmpGroup]) -> _GroupIndex:
         """Row numbers of each group's members in this device's port list, padded to a matrix."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import msgspec
 import numpy as np
 
 from fabricwatch.detectors.config import DetectorConfig
@@ -330,3 +331,25 @@ def test_nic_pausing_and_the_paused_leaf_port_are_one_incident_rooted_at_the_nic
     assert first.fingerprint == update.fingerprint
     assert (update.root.device, update.root.port, update.start_ns) == ("h1-nic", "1", T0 + 3 * 10**8)
     assert update.devices == ["h1-nic", "leaf0"]
+
+
+def test_ecmp_collapse_on_a_switch_read_faster_than_it_refreshes_fires_and_holds():
+    """Found (issue 15, classes 1 and 5): a switch refreshing every second, polled every half
+    second, showed every other read unchanged; the collapse's streak restarted on each and it was
+    found late or split. An unchanged read is unknown: the streak neither grows nor breaks, the
+    report is said again, and persistence counts time (three polls' worth), not frames."""
+    uplinks = PORTS[2:6]
+    sw, stage = Switch("leaf0", PORTS), Stage1()
+    stage.set_topology(ecmp_topology(uplinks))
+    collapsed = {
+        "tx_bytes": dict(zip(uplinks, [0.97 * LINE_Bps, 0.01 * LINE_Bps, 0.0, 0.02 * LINE_Bps], strict=True))
+    }
+    snaps = [sw.poll(1.0, **collapsed)]
+    for _ in range(6):
+        snaps.append(msgspec.structs.replace(snaps[-1], ts_ns=snaps[-1].ts_ns + 500_000_000))  # not refreshed
+        snaps.append(sw.poll(1.0, **collapsed))
+    out = run(stage, snaps)
+    fired = next(i for i, polls in enumerate(out) if polls)
+    assert fired <= 4, "within three polls' time of known skew (two refreshes of one second each)"
+    assert all(polls and polls[0].active for polls in out[fired:]), "held through every unchanged read"
+    assert stage.rates.stats.stale == 5  # the first repeat follows the first read: nothing was moving yet

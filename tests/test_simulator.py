@@ -359,6 +359,16 @@ def test_collector_artifacts_gaps_duplicates_reordering_skew(tmp_path: Path) -> 
     assert max(offsets) - min(offsets) > 0.01  # per-device clock skew
 
 
+def test_a_switch_refreshing_slower_than_it_is_polled_repeats_its_last_refresh(tmp_path: Path) -> None:
+    collector = {"refresh": [{"devices": "leaf*", "interval": 1.0}], "jitter_ms": 0, "gap_probability": 0}
+    trace = read_trace(run(tmp_path, "demo", duration=10, poll_interval=0.5, collector=collector))
+    leaf, nic = trace.devices["leaf01"], next(d for n, d in trace.devices.items() if "/" in n)
+    moved = [bool((b != a).any()) for a, b in zip(leaf.values, leaf.values[1:], strict=False)]
+    assert moved.count(False) >= len(moved) // 2 - 1, "every other read of the leaf repeats the last one"
+    assert True in moved, "and the reads in between show the refreshes"
+    assert all((b != a).any() for a, b in zip(nic.values, nic.values[1:], strict=False))
+
+
 # --- scenario errors ---------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ the file); the snapshot's own ``ts_ns`` is the device-side reading time, skew in
 
 from __future__ import annotations
 
+import fnmatch
 import time
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
@@ -103,6 +104,9 @@ class _Simulation:
         self.phases = sorted((a.phase for a in activities if a.phase), key=lambda p: p.begin_ns)
         self.next_phase = 0
         self.held: dict[int, Snapshot] = {}
+        self.refresh_ns = self._refresh_intervals()
+        self.refreshed: dict[int, tuple[int, list[list[int]]]] = {}
+        """Per slowly refreshed device, when it last refreshed and the values it shows since."""
         self.snapshots = self.values = 0
         # State of the segment just integrated: what a read slightly in the past rewinds along.
         self.last_nic = np.zeros_like(self.nic_bank.total)
@@ -110,6 +114,29 @@ class _Simulation:
         self.last_seconds = 0.0
         self.queue = np.zeros(n_sw_rows)
         self.peak = np.zeros(n_sw_rows)
+
+    def _refresh_intervals(self) -> dict[int, int]:
+        """Device index -> refresh interval in ns, for devices slower than the poll."""
+        out: dict[int, int] = {}
+        for i, dev in enumerate(self.devices):
+            rule = next(
+                (r for r in self.sc.collector.refresh if fnmatch.fnmatchcase(dev.name, r.devices)), None
+            )
+            if rule is not None and round(rule.interval * NS) > self.poll_ns:
+                out[i] = round(rule.interval * NS)
+        return out
+
+    def _as_refreshed(self, d: int, t_ns: int, values: list[list[int]]) -> list[list[int]]:
+        """What a slowly refreshed device shows at poll ``t_ns``: its values as of its last refresh
+        (at a multiple of its interval), so reads between refreshes repeat them."""
+        interval = self.refresh_ns.get(d)
+        if interval is None:
+            return values
+        at = t_ns // interval * interval
+        last = self.refreshed.get(d)
+        if last is None or last[0] < at:
+            self.refreshed[d] = last = (at, values)
+        return last[1]
 
     def _events(self) -> dict[int, list[tuple[str, int, str, int]]]:
         """Resets and firmware events by time: ("reset", device, "", 0) or ("bump", nic, counter, n)."""
@@ -225,7 +252,7 @@ class _Simulation:
                 ts_ns=int(read_ns[d] + self.skew_ns[d]),
                 counters=table.specs,
                 ports=dev.ports,
-                values=rows[first : first + len(dev.ports)],
+                values=self._as_refreshed(d, t_ns, rows[first : first + len(dev.ports)]),
                 source=SOURCE,
             )
             at = int(read_ns[d])

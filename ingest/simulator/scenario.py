@@ -53,6 +53,13 @@ class Reset(_Strict):
     at: float
 
 
+class Refresh(_Strict):
+    devices: str
+    """Shell-style pattern of device names (``leaf*``, ``h00*/mlx5_0``)."""
+    interval: float
+    """Seconds between the device's refreshes of its counters: a read in between sees the last one."""
+
+
 class CollectorSpec(_Strict):
     noise: float = 0.02
     jitter_ms: float = 2.0
@@ -63,6 +70,8 @@ class CollectorSpec(_Strict):
     reset_rate_per_hour: float = 0.0
     resets: list[Reset] = []
     counter_start: Literal["random", "zero", "near_wrap"] = "random"
+    refresh: list[Refresh] = []
+    """Devices that refresh their counters more slowly than they are polled (the first match wins)."""
 
 
 class Burst(_Strict):
