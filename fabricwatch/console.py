@@ -6,7 +6,16 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from fabricwatch.detectors.evaluation import Evaluation, incidents_of
-from fabricwatch.evaluate import GATING_RULE, SuiteReport, percentile
+from fabricwatch.evaluate import (
+    GATING_RULE,
+    TOTAL,
+    Failure,
+    KindSummary,
+    SeedsReport,
+    SuiteReport,
+    Thresholds,
+    percentile,
+)
 from fabricwatch.schemas.messages import Anomaly
 
 _NS = 1e9
@@ -78,7 +87,69 @@ def print_suite(report: SuiteReport, out: TextIO) -> None:
     _table(_scenario_rows(report), out)
     print("\nPer kind (delays: max / p50 / p95; false alerts per hour on benign-only scenarios)", file=out)
     _table(_kind_rows(report), out)
-    th = report.thresholds
+    _print_rules(report.thresholds, out)
+    _print_failures(report.failures, "", out)
+    print("", file=out)
+    for s in [*(report.kinds[k] for k in sorted(report.kinds)), report.total]:
+        verdict = ("PASS" if s.passed else "FAIL") if s.gated else "not gated"
+        print(f"{verdict:9} {s.kind}", file=out)
+    print(f"{'PASS' if report.passed else 'FAIL':9} suite ({len(report.scenarios)} scenarios)", file=out)
+
+
+def print_seeds(report: SeedsReport, out: TextIO) -> None:
+    """Each kind under each seed, its mean and its worst seed; then what failed, seed by seed."""
+    print("Per kind and seed (max delay in polls; false alerts per hour on benign-only scenarios)", file=out)
+    _table(_seed_rows(report), out)
+    _print_rules(report.thresholds, out)
+    for seed, r in report.by_seed.items():
+        _print_failures(r.failures, f" [seed {seed}]", out)
+    print("", file=out)
+    for kind in [*report.kinds(), TOTAL]:
+        by_seed = report.kind_by_seed(kind)
+        if not any(s.gated for s in by_seed.values()):
+            print(f"{'not gated':9} {kind}", file=out)
+            continue
+        failed = [str(seed) for seed, s in by_seed.items() if s.gated and not s.passed]
+        why = f"fails under seed {', '.join(failed)}" if failed else "passes under every seed"
+        verdict = "FAIL" if failed else "PASS"
+        print(f"{verdict:9} {kind} ({why}; worst seed {report.worst(kind)[0]})", file=out)
+    n = len(next(iter(report.by_seed.values())).scenarios)
+    verdict = "PASS" if report.passed else "FAIL"
+    print(f"{verdict:9} suite ({n} scenarios x {len(report.by_seed)} seeds)", file=out)
+
+
+def _seed_rows(report: SeedsReport) -> list[tuple[str, ...]]:
+    """Per kind: a row per seed, the mean over seeds, then the worst seed's row again."""
+    rows = [("kind", "seed", "labels", "incidents", "dup", "false", "precision", "recall", "localised",
+             "max delay polls", "false/h", "verdict")]  # fmt: skip
+    for kind in [*report.kinds(), TOTAL]:
+        for seed, s in report.kind_by_seed(kind).items():
+            rows.append((kind, str(seed), *_seed_cells(s)))
+        mean = report.mean(kind)
+        ratios = (
+            ["-"] * 3 if kind == TOTAL else [_num(mean[r]) for r in ("precision", "recall", "localisation")]
+        )
+        rows.append((kind, "mean", "", "", "", "", *ratios, _num(mean["max_delay_polls"]),
+                     _num(mean["false_alerts_per_hour"]), ""))  # fmt: skip
+        seed, worst = report.worst(kind)
+        rows.append((kind, f"worst: {seed}", *_seed_cells(worst)))
+    return rows
+
+
+def _seed_cells(s: KindSummary) -> tuple[str, ...]:
+    c = s.counts
+    verdict = ("PASS" if s.passed else "FAIL") if s.gated else "not gated"
+    return (str(c.labels), str(c.incidents), str(c.duplicates), str(c.false_alerts), *_ratios(s),
+            _num(max(s.delays_polls, default=None)), _num(s.false_alerts_per_hour), verdict)  # fmt: skip
+
+
+def _ratios(s: KindSummary) -> tuple[str, str, str]:
+    if s.kind == TOTAL:
+        return ("-", "-", "-")
+    return (_num(s.precision), _num(s.recall), _num(s.localisation))
+
+
+def _print_rules(th: Thresholds, out: TextIO) -> None:
     print(
         f"\nthresholds: precision >= {th.precision}, recall >= {th.recall}, localisation >= "
         f"{th.localisation}; delay <= pfc_storm detection_time_s + 1 poll, incast {th.incast_delay_polls:g} "
@@ -86,16 +157,14 @@ def print_suite(report: SuiteReport, out: TextIO) -> None:
         f"per benign hour\nrule: {GATING_RULE}",
         file=out,
     )
-    if report.failures:
-        print("\nFailures", file=out)
-        for f in report.failures:
+
+
+def _print_failures(failures: list[Failure], tag: str, out: TextIO) -> None:
+    if failures:
+        print(f"\nFailures{tag}", file=out)
+        for f in failures:
             where = f" [{f.scenario}]" if f.scenario else ""
             print(f"  {f.kind} {f.check}{where}: {f.detail}", file=out)
-    print("", file=out)
-    for s in [*(report.kinds[k] for k in sorted(report.kinds)), report.total]:
-        verdict = ("PASS" if s.passed else "FAIL") if s.gated else "not gated"
-        print(f"{verdict:9} {s.kind}", file=out)
-    print(f"{'PASS' if report.passed else 'FAIL':9} suite ({len(report.scenarios)} scenarios)", file=out)
 
 
 def _scenario_rows(report: SuiteReport) -> list[tuple[str, ...]]:

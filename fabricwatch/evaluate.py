@@ -191,6 +191,66 @@ class SuiteReport:
         }
 
 
+@dataclass
+class SeedsReport:
+    """The suite under several seeds: it passes only if it passes under every one."""
+
+    by_seed: dict[int | None, SuiteReport]
+    thresholds: Thresholds
+    wall_s: float
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.by_seed.values())
+
+    def worst(self, kind: str) -> tuple[int | None, KindSummary]:
+        """The seed where ``kind`` did worst: failing before passing, then the lowest of precision,
+        recall and localisation, then the longest delay in polls, then the most false alerts."""
+
+        def badness(item: tuple[int | None, KindSummary]) -> tuple[float, ...]:
+            s = item[1]
+            ratios = [x for x in (s.precision, s.recall, s.localisation) if x is not None]
+            return (
+                not s.passed,
+                -min(ratios, default=1.0),
+                max(s.delays_polls, default=0.0),
+                s.false_alerts_per_hour or 0.0,
+            )
+
+        return max(self.kind_by_seed(kind).items(), key=badness)
+
+    def kind_by_seed(self, kind: str) -> dict[int | None, KindSummary]:
+        """``kind``'s summary under each seed (``TOTAL`` for all kinds together)."""
+        return {
+            seed: r.total if kind == TOTAL else r.kinds.get(kind, KindSummary(kind))
+            for seed, r in self.by_seed.items()
+        }
+
+    def mean(self, kind: str) -> dict[str, float | None]:
+        """``kind``'s ratios, longest delay and false-alert rate averaged over the seeds that have them."""
+        return _mean_json(list(self.kind_by_seed(kind).values()))
+
+    def kinds(self) -> list[str]:
+        return sorted({k for r in self.by_seed.values() for k in r.kinds})
+
+    def to_json(self) -> dict[str, Any]:
+        per_kind = {}
+        for kind in [*self.kinds(), TOTAL]:
+            seed, worst = self.worst(kind)
+            per_kind[kind] = {
+                "mean": self.mean(kind),
+                "worst_seed": seed,
+                "worst": _summary_json(worst),
+            }
+        return {
+            "passed": self.passed,
+            "seeds": list(self.by_seed),
+            "wall_s": round(self.wall_s, 3),
+            "kinds": per_kind,
+            "by_seed": [{"seed": seed, **r.to_json()} for seed, r in self.by_seed.items()],
+        }
+
+
 def scenario_paths(args: list[Path]) -> list[Path]:
     """Files as given; a directory stands for its ``*.yaml`` files, sorted so runs compare."""
     paths: list[Path] = []
@@ -215,6 +275,10 @@ def pipeline_with_model(model_path: Path, config: DetectorConfig) -> Pipeline:
     return Pipeline(config, outliers=load_detector(model_path, config.outliers))
 
 
+_Job = tuple[Path, Scenario, DetectorConfig, int | None, PipelineFactory, Thresholds]
+"""One run: a scenario under one seed (``None``: its own)."""
+
+
 def run_suite(
     paths: list[Path],
     config: DetectorConfig | None = None,
@@ -230,29 +294,69 @@ def run_suite(
     ``enabled_kinds`` says which detectors the pipeline runs: pass ``RULE_KINDS | {"outlier"}`` with a
     factory that loads an outlier model, so outlier labels start to count.
     """
+    report = run_seeds(paths, [seed], config, pipeline_factory, enabled_kinds, thresholds, workers, on_result)
+    return report.by_seed[seed]
+
+
+def run_seeds(
+    paths: list[Path],
+    seeds: list[int | None],
+    config: DetectorConfig | None = None,
+    pipeline_factory: PipelineFactory = Pipeline,
+    enabled_kinds: frozenset[str] = RULE_KINDS,
+    thresholds: Thresholds | None = None,
+    workers: int = 1,
+    on_result: Callable[[ScenarioResult], None] | None = None,
+) -> SeedsReport:
+    """The suite once per seed (``None``: each scenario's own), every run in one pool of workers,
+    scored per seed as ``run_suite`` scores one: a detector that passes by the luck of one seed's
+    noise and timing fails under another, so a gate is only as good as its worst seed."""
     started = time.perf_counter()
     config = config or DetectorConfig()
     thresholds = thresholds or Thresholds()
     scenarios = [(p, load_scenario(p)) for p in paths]
+    jobs = [(p, sc, config, seed, pipeline_factory, thresholds) for seed in seeds for p, sc in scenarios]
     results: list[ScenarioResult] = []
-    for result in _run_all(scenarios, config, seed, pipeline_factory, thresholds, workers):
+    for result in _run_all(jobs, workers):
         results.append(result)
         if on_result is not None:
             on_result(result)
+    n = len(scenarios)
+    by_seed = {
+        seed: score_suite(results[i * n : (i + 1) * n], enabled_kinds, thresholds)
+        for i, seed in enumerate(seeds)
+    }
+    wall_s = time.perf_counter() - started
+    if len(seeds) == 1:
+        by_seed[seeds[0]].wall_s = wall_s
+    return SeedsReport(by_seed, thresholds, wall_s)
+
+
+def score_suite(
+    results: list[ScenarioResult], enabled_kinds: frozenset[str], thresholds: Thresholds
+) -> SuiteReport:
+    """Scenario results pooled per kind, checked against the thresholds, failures traced to labels."""
     kinds, total = _aggregate(results, enabled_kinds, thresholds)
     failures = _failures(results, kinds, total)
-    return SuiteReport(results, kinds, total, thresholds, failures, time.perf_counter() - started)
+    return SuiteReport(results, kinds, total, thresholds, failures, sum(r.wall_s for r in results))
 
 
-def _run_all(
-    scenarios: list[tuple[Path, Scenario]],
-    config: DetectorConfig,
-    seed: int | None,
-    factory: PipelineFactory,
-    thresholds: Thresholds,
-    workers: int,
-) -> Iterator[ScenarioResult]:
-    jobs = [(p, sc, config, seed, factory, thresholds) for p, sc in scenarios]
+def parse_seeds(text: str) -> list[int]:
+    """``1-5``, ``1,3,7`` or ``1-3,9`` as the seeds, in order, each once."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        try:
+            first, last = int(lo), int(hi if dash else lo)
+        except ValueError:
+            raise ValueError(f"seeds {text!r}: {part.strip()!r} is not a seed or a range like 1-5") from None
+        if last < first:
+            raise ValueError(f"seeds {text!r}: range {part.strip()!r} ends before it starts")
+        seeds.extend(s for s in range(first, last + 1) if s not in seeds)
+    return seeds
+
+
+def _run_all(jobs: list[_Job], workers: int) -> Iterator[ScenarioResult]:
     if workers <= 1 or len(jobs) <= 1:
         yield from (_run_one(job) for job in jobs)
         return
@@ -263,9 +367,7 @@ def _run_all(
         pool.shutdown(cancel_futures=True)  # after a crash, do not run the scenarios still queued
 
 
-def _run_one(
-    job: tuple[Path, Scenario, DetectorConfig, int | None, PipelineFactory, Thresholds],
-) -> ScenarioResult:
+def _run_one(job: _Job) -> ScenarioResult:
     """Simulate into a temporary trace (deleted at once: the big ones take hundreds of MB) and replay."""
     path, scenario, config, seed, factory, thresholds = job
     with tempfile.TemporaryDirectory(prefix="fabricwatch-eval-") as tmp:
@@ -508,4 +610,20 @@ def _summary_json(s: KindSummary) -> dict[str, Any]:
         "gated": s.gated,
         "passed": s.passed if s.gated else None,
         "checks": [asdict(c) for c in s.checks],
+    }
+
+
+def _mean_of(values: list[float | None]) -> float | None:
+    """The mean of the values a seed had (a kind with no incidents under a seed has no precision)."""
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def _mean_json(summaries: list[KindSummary]) -> dict[str, float | None]:
+    return {
+        "precision": _mean_of([s.precision for s in summaries]),
+        "recall": _mean_of([s.recall for s in summaries]),
+        "localisation": _mean_of([s.localisation for s in summaries]),
+        "max_delay_polls": _mean_of([max(s.delays_polls, default=None) for s in summaries]),
+        "false_alerts_per_hour": _mean_of([s.false_alerts_per_hour for s in summaries]),
     }

@@ -113,3 +113,20 @@ def test_an_invalid_scenario_exits_2_before_anything_runs(tmp_path, capsys):
     bad.write_text("duration: 10\nfaults: [{kind: pfc_storm, root: h999, start: 1, duration: 2}]\n")
     assert main(["evaluate", str(SUITE / "storm_100ms_16h.yaml"), str(bad)]) == 2
     assert "faults[0].root: unknown host 'h999'" in capsys.readouterr().err
+
+
+def test_seeds_run_the_suite_under_each_seed_and_report_mean_and_worst(short_suite):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = main(
+            ["evaluate", "--json", "--jobs", "2", "--seeds", "1-2", str(short_suite / "storm_100ms_16h.yaml")]
+        )
+    doc = json.loads(out.getvalue())
+    assert rc == (0 if doc["passed"] else 1)
+    assert doc["seeds"] == [1, 2]
+    assert [[s["seed"] for s in run["scenarios"]] for run in doc["by_seed"]] == [[1], [2]]
+    storm = doc["kinds"]["pfc_storm"]
+    assert storm["worst_seed"] in (1, 2) and storm["worst"].keys() >= KIND_FIELDS
+    assert storm["mean"]["recall"] == pytest.approx(
+        sum(run["kinds"]["pfc_storm"]["recall"] for run in doc["by_seed"]) / 2
+    )

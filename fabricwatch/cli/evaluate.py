@@ -25,7 +25,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     options.add_config(p)
     options.add_model(p)
-    p.add_argument("--seed", type=int, default=None, help="seed of every scenario (default: each one's own)")
+    seeds = p.add_mutually_exclusive_group()
+    seeds.add_argument(
+        "--seed", type=int, default=None, help="seed of every scenario (default: each one's own)"
+    )
+    seeds.add_argument(
+        "--seeds",
+        type=_seeds,
+        default=None,
+        metavar="RANGE",
+        help="run the suite under each of these seeds (1-5, 1,3,7) and pass only if every seed passes; "
+        "prints each kind's mean and worst seed",
+    )
     p.add_argument("--json", action="store_true", help="print the report as one JSON document")
     p.add_argument(
         "--jobs",
@@ -35,26 +46,37 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
+def _seeds(text: str) -> list[int]:
+    from fabricwatch.evaluate import parse_seeds
+
+    try:
+        return parse_seeds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from fabricwatch.detectors.pipeline import Pipeline
     from fabricwatch.evaluate import (
         RULE_KINDS,
         ScenarioResult,
         pipeline_with_model,
-        run_suite,
+        run_seeds,
         scenario_paths,
     )
 
     paths = scenario_paths(args.scenarios)
     config = options.detector_config(args)
+    seeds = args.seeds or [args.seed]
     done = 0
 
     def progress(r: ScenarioResult) -> None:
         nonlocal done
         done += 1
         found = sum(lb.detected for lb in r.labels)
+        seed = f" seed {r.seed}" if args.seeds else ""
         print(
-            f"[{done}/{len(paths)}] {r.name}: {found}/{len(r.labels)} faults found, "
+            f"[{done}/{len(paths) * len(seeds)}] {r.name}{seed}: {found}/{len(r.labels)} faults found, "
             f"{len(r.false_alerts)} false alerts ({r.wall_s:.1f} s replay)",
             file=sys.stderr,
         )
@@ -62,10 +84,13 @@ def run(args: argparse.Namespace) -> int:
     factory, kinds = Pipeline, RULE_KINDS
     if args.model is not None:
         factory, kinds = functools.partial(pipeline_with_model, args.model), RULE_KINDS | {"outlier"}
-    report = run_suite(paths, config, args.seed, factory, kinds, workers=args.jobs, on_result=progress)
+    report = run_seeds(paths, seeds, config, factory, kinds, workers=args.jobs, on_result=progress)
+    suite = report.by_seed[seeds[0]] if args.seeds is None else report
     if args.json:
-        json.dump(report.to_json(), sys.stdout, indent=2)
+        json.dump(suite.to_json(), sys.stdout, indent=2)
         print()
+    elif args.seeds is None:
+        console.print_suite(suite, sys.stdout)
     else:
-        console.print_suite(report, sys.stdout)
+        console.print_seeds(report, sys.stdout)
     return 0 if report.passed else 1
