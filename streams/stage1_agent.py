@@ -8,6 +8,7 @@ after its output was handed to the producer, so a crash redelivers, never skips 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any
 
 import faust
@@ -16,6 +17,8 @@ from fabricwatch.schemas import topics
 
 if TYPE_CHECKING:
     from fabricwatch.streams.worker_context import Worker
+
+log = logging.getLogger(__name__)
 
 
 def wire(w: Worker) -> None:
@@ -41,6 +44,8 @@ def wire(w: Worker) -> None:
                     w.processed[e.message.tp] = e.message.offset
             w.progress.processed("snapshots", len(events) - len(out.rejected))
             w.progress.processed("values", out.values)
+            if change := w.progress.input_age("stage1", events[-1].message.timestamp):
+                log.warning("%s", change)
 
     @app.task
     async def stage1_heartbeat() -> None:

@@ -6,6 +6,7 @@ fingerprint, so consumers remove duplicates by it.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,8 @@ from fabricwatch.schemas.messages import Anomaly, encode
 
 if TYPE_CHECKING:
     from fabricwatch.streams.worker_context import Worker
+
+log = logging.getLogger(__name__)
 
 
 def wire(w: Worker) -> None:
@@ -38,6 +41,8 @@ def wire(w: Worker) -> None:
                         await w.dead_letter(event, reason)
                     await publish(fired)
             w.progress.processed("symptoms", len(events))
+            if change := w.progress.input_age("stage2", events[-1].message.timestamp):
+                log.warning("%s", change)
 
     @app.timer(1.0)
     async def stage2_idle() -> None:

@@ -25,7 +25,12 @@ def wire(w: Worker) -> None:
     async def healthz(web: Any, request: Any) -> Any:
         ok, detail = w.progress.liveness(await w.lag())
         return web.json(
-            {"healthy": ok, "detail": detail, "dead_letters": dict(w.progress.dead_letters)},
+            {
+                "healthy": ok,
+                "detail": detail,
+                "dead_letters": dict(w.progress.dead_letters),
+                "stages": w.progress.delays(),
+            },
             status=200 if ok else 503,
         )
 
