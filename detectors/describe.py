@@ -122,7 +122,8 @@ class Describer:
         hurting = (
             float(latest.evidence.get("drops_pps", 0)) > 0 or latest.evidence.get("pausing_ingress") == 1
         )
-        incident.severity = "critical" if hurting else "warning"
+        if hurting:
+            incident.severity = "critical"  # and stays: see _describe_ecmp
         self.jobs.attach(incident, {receiver} if receiver else set(), incident.start_ns, MANY_TO_ONE)
         senders = sorted(incident.hosts - {receiver})
         if senders:
@@ -147,9 +148,10 @@ class Describer:
     def _describe_ecmp(self, incident: Incident, latest: Symptom) -> None:
         root = incident.root
         under = self.fabric.hosts_under(root.device)
-        incident.severity = (
-            "critical" if float(latest.evidence.get("hot_utilisation", 0)) >= 0.9 else "warning"
-        )
+        if float(latest.evidence.get("hot_utilisation", 0)) >= 0.9:
+            # The incident's worst, like its peak queue: a hot member swinging around 90% would
+            # otherwise flip the severity, and every receiver's alert with it, every few polls.
+            incident.severity = "critical"
         self.jobs.attach(incident, under, incident.start_ns, cross_from=under)
         job = f"; job {', '.join(incident.jobs)}" if incident.jobs else ""
         incident.summary = (

@@ -353,3 +353,18 @@ def test_ecmp_collapse_on_a_switch_read_faster_than_it_refreshes_fires_and_holds
     assert fired <= 4, "within three polls' time of known skew (two refreshes of one second each)"
     assert all(polls and polls[0].active for polls in out[fired:]), "held through every unchanged read"
     assert stage.rates.stats.stale == 5  # the first repeat follows the first read: nothing was moving yet
+
+
+def test_an_ecmp_collapse_swinging_around_saturation_stays_critical():
+    """Found on heavy_faults_500ms_64h: the hot uplink read 0.95, 0.86, 1.00, 0.88 ... of line
+    rate, and the incident flipped warning/critical with it, a new alert to every receiver each
+    time. Severity is the incident's worst, like its peak queue."""
+    corr = Correlator(fabric=FabricMap(ecmp_topology(PORTS[2:6])))
+    events = []
+    for i, hot in enumerate([0.95, 0.86, 1.0, 0.88, 0.91, 0.8]):
+        ts = T0 + i * 10**9
+        evidence = {"hot_utilisation": hot, "entropy": 0.1, "max_over_mean": 3.8, "shares": "0.97,0.01,0,0.02"}
+        corr.on_symptom(Symptom("ecmp_imbalance", "leaf0", ts, T0, group="uplinks", evidence=evidence))
+        events += corr.tick(ts)
+    assert events[0].status == "firing"
+    assert [e.severity for e in events] == ["critical"] * len(events)
