@@ -363,7 +363,7 @@ def test_an_ecmp_collapse_swinging_around_saturation_stays_critical():
     events = []
     for i, hot in enumerate([0.95, 0.86, 1.0, 0.88, 0.91, 0.8]):
         ts = T0 + i * 10**9
-        evidence = {"hot_utilisation": hot, "entropy": 0.1, "max_over_mean": 3.8, "shares": "0.97,0.01,0,0.02"}
+        evidence = {"hot_utilisation": hot, "entropy": 0.1, "max_over_mean": 3.8, "shares": "0.97,0.03"}
         corr.on_symptom(Symptom("ecmp_imbalance", "leaf0", ts, T0, group="uplinks", evidence=evidence))
         events += corr.tick(ts)
     assert events[0].status == "firing"
