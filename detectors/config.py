@@ -66,6 +66,13 @@ class IncastConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     min_fan_in: int = 2
     fan_in_port_fraction: float = 0.05
     sustain_polls: int = 2
+    ecn_pmax: float = 0.2
+    """WRED's marking probability at Kmax. Where a switch has no queue-depth gauge, a poll in which
+    the port ran at line rate with its watermark deep and at least ``band_fraction * ecn_pmax *
+    standing_marks`` of the queue's packets marked had its queue deep the whole poll: marks are the
+    gauge-less switch's proof that the queue stood rather than peaked once."""
+    standing_marks: float = 0.8
+    """Share of the marking a queue standing at the deep point would cause, allowing for noise."""
 
 
 class EcmpConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

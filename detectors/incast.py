@@ -64,7 +64,7 @@ class IncastDetector:
         streak.step(congested, frame.ts_ns, frame.dt_s)
         pausing = self._pausing_ingress(frame)
         hurting = pausing if drops is None else (drops > 0) | pausing
-        whole_poll = self._congested_throughout(occupancy, watermark, tx, line_Bps, band)
+        whole_poll = self._congested_throughout(frame, occupancy, watermark, ecn, queues, tx, line_Bps, band)
         streak.start(fed & ((streak.polls >= cfg.sustain_polls) | (congested & (hurting | whole_poll))))
         cleared = streak.stop(~congested)
 
@@ -87,19 +87,31 @@ class IncastDetector:
 
     def _congested_throughout(
         self,
+        frame: RateFrame,
         occupancy: np.ndarray | None,
         watermark: np.ndarray,
+        ecn: np.ndarray | None,
+        queues: np.ndarray,
         tx: np.ndarray,
         line_Bps: np.ndarray,
         band: float,
     ) -> np.ndarray:
         """A port at line rate for the whole poll whose queue is deep both at its peak and when read
-        was congested all along: that is already sustained, one poll is enough."""
-        if occupancy is None:
+        was congested all along: that is already sustained, one poll is enough. A switch without a
+        depth gauge proves "when read" by its marks: a queue that only peaked once marks few packets,
+        one that stood deep all poll marks them at WRED's probability for that depth."""
+        cfg = self.config
+        deep = cfg.ecn_kmin_bytes + cfg.band_fraction * band
+        saturated = (tx >= cfg.full_poll_utilisation * line_Bps)[:, None]
+        if occupancy is not None:
+            return saturated & (occupancy >= deep) & (watermark >= deep)
+        sent = frame.aligned("queue_tx_packets", queues)
+        if ecn is None or sent is None:
             return np.zeros(watermark.shape, dtype=bool)
-        deep = self.config.ecn_kmin_bytes + self.config.band_fraction * band
-        saturated = (tx >= self.config.full_poll_utilisation * line_Bps)[:, None]
-        return saturated & (occupancy >= deep) & (watermark >= deep)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            marked = ecn / sent
+        standing = marked >= cfg.band_fraction * cfg.ecn_pmax * cfg.standing_marks
+        return saturated & (watermark >= deep) & standing
 
     @staticmethod
     def _pausing_ingress(frame: RateFrame) -> np.ndarray:

@@ -368,3 +368,32 @@ def test_an_ecmp_collapse_swinging_around_saturation_stays_critical():
         events += corr.tick(ts)
     assert events[0].status == "firing"
     assert [e.severity for e in events] == ["critical"] * len(events)
+
+
+def without_gauge(snap: Snapshot) -> Snapshot:
+    """The snapshot as a switch with watermarks but no queue-depth gauge exports it, with the queue's
+    packets (4 KiB each) beside its bytes."""
+    gauge = next(i for i, c in enumerate(COLS) if c.name == "queue_occupancy_bytes")
+    queue_bytes = next(i for i, c in enumerate(COLS) if c.name == "queue_tx_bytes")
+    counters = [c for i, c in enumerate(COLS) if i != gauge] + [CounterSpec("queue_tx_packets", index=3)]
+    values = [
+        [v for i, v in enumerate(row) if i != gauge] + [row[queue_bytes] // 4096] for row in snap.values
+    ]
+    return msgspec.structs.replace(snap, counters=counters, values=values)
+
+
+def test_a_whole_poll_of_standing_incast_without_a_depth_gauge_is_reported_at_once():
+    """Found (issue 15, class 3): on switches exporting watermarks but no current depth, an incast
+    waited two polls (missed when shorter). Marks prove the queue stood: at line rate, watermark
+    deep and 12% of the queue's packets marked (WRED at the band's middle marks 10%), one poll is
+    enough; a deep peak with few marks is still a burst the buffer absorbed."""
+    feeders = PORTS[1:5]
+    sw, stage = Switch("leaf0", PORTS), Stage1()
+    standing = {**incast("Ethernet0", feeders), "queue_ecn_marked_packets": {"Ethernet0": 1.5e6}}
+    out = run(stage, [without_gauge(sw.poll(1.0)), without_gauge(sw.poll(1.0, **standing))])
+    assert out[1] and out[1][0].kind == "incast" and out[1][0].port == "Ethernet0"
+
+    sw, stage = Switch("leaf0", PORTS), Stage1()
+    peaked = {**incast("Ethernet0", feeders), "queue_ecn_marked_packets": {"Ethernet0": 3e5}}
+    out = run(stage, [without_gauge(sw.poll(1.0)), without_gauge(sw.poll(1.0, **peaked))])
+    assert out[1] == [], "one poll of a deep peak with few marks waits for a second"

@@ -369,6 +369,14 @@ def test_a_switch_refreshing_slower_than_it_is_polled_repeats_its_last_refresh(t
     assert all((b != a).any() for a, b in zip(nic.values, nic.values[1:], strict=False))
 
 
+def test_switches_can_omit_counters_they_do_not_export(tmp_path: Path) -> None:
+    collector = {"omit": [{"devices": "spine*", "counters": ["queue_occupancy_bytes"]}]}
+    trace = read_trace(run(tmp_path, "demo", duration=3, collector=collector))
+    assert ("queue_occupancy_bytes", 3) not in trace.devices["spine00"].columns
+    assert ("queue_watermark_bytes", 3) in trace.devices["spine00"].columns
+    assert ("queue_occupancy_bytes", 3) in trace.devices["leaf01"].columns
+
+
 # --- scenario errors ---------------------------------------------------------------------------
 
 
@@ -404,6 +412,10 @@ def test_a_switch_refreshing_slower_than_it_is_polled_repeats_its_last_refresh(t
         ),
         ("duration: 10\nstart_time: yesterday", "start_time: not an ISO 8601 time"),
         ("duration: [", "not valid YAML"),
+        (
+            "duration: 10\ncollector: {omit: [{devices: 'leaf*', counters: [queue_depth]}]}",
+            "collector.omit[0].counters[0]: not a counter name: 'queue_depth'",
+        ),
     ],
 )
 def test_bad_scenarios_name_the_key_path(text: str, message: str) -> None:

@@ -28,7 +28,7 @@ from fabricwatch.ingest.simulator.faults import FaultPlan, plan_faults
 from fabricwatch.ingest.simulator.scenario import Scenario
 from fabricwatch.ingest.simulator.traffic import NS, ActivityRun, Flows, job_activities
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import Phase, Snapshot
+from fabricwatch.schemas.messages import CounterSpec, Phase, Snapshot
 from fabricwatch.schemas.trace import TraceWriter
 
 SOURCE = "sim"
@@ -105,6 +105,7 @@ class _Simulation:
         self.next_phase = 0
         self.held: dict[int, Snapshot] = {}
         self.refresh_ns = self._refresh_intervals()
+        self.exported = self._exported_columns()
         self.refreshed: dict[int, tuple[int, list[list[int]]]] = {}
         """Per slowly refreshed device, when it last refreshed and the values it shows since."""
         self.snapshots = self.values = 0
@@ -124,6 +125,22 @@ class _Simulation:
             )
             if rule is not None and round(rule.interval * NS) > self.poll_ns:
                 out[i] = round(rule.interval * NS)
+        return out
+
+    def _exported_columns(self) -> dict[int, tuple[list[CounterSpec], list[int]]]:
+        """Device index -> the counters it exports and their columns, for devices that omit some."""
+        out: dict[int, tuple[list[CounterSpec], list[int]]] = {}
+        for i, dev in enumerate(self.devices):
+            omitted = {
+                name
+                for rule in self.sc.collector.omit
+                if fnmatch.fnmatchcase(dev.name, rule.devices)
+                for name in rule.counters
+            }
+            specs = (NIC_TABLE if dev.kind == "nic" else SWITCH_TABLE).specs
+            if omitted & {s.name for s in specs}:
+                cols = [c for c, spec in enumerate(specs) if spec.name not in omitted]
+                out[i] = ([specs[c] for c in cols], cols)
         return out
 
     def _as_refreshed(self, d: int, t_ns: int, values: list[list[int]]) -> list[list[int]]:
@@ -238,21 +255,24 @@ class _Simulation:
         sw_values[:, self.sw_bank.watermark] = np.round(peak).astype(np.uint64)
         self.peak = np.where(read_sw, occupancy, peak)  # read-and-clear, on the devices actually read
         rows = nic_values.tolist() + sw_values.tolist()
-        n_specs = {"nic": len(NIC_TABLE.specs), "switch": len(SWITCH_TABLE.specs)}
         read_ns = self.sc.start_ns + t_ns - jitter_ns
         for d in np.argsort(read_ns, kind="stable").tolist():
             if gap[d]:
                 continue
             dev = self.devices[d]
-            table = NIC_TABLE if dev.kind == "nic" else SWITCH_TABLE
+            specs = (NIC_TABLE if dev.kind == "nic" else SWITCH_TABLE).specs
             first = dev.rows.start + (0 if dev.kind == "nic" else n_nics)
+            values = self._as_refreshed(d, t_ns, rows[first : first + len(dev.ports)])
+            if d in self.exported:
+                specs, cols = self.exported[d]
+                values = [[row[c] for c in cols] for row in values]
             snap = Snapshot(
                 device=dev.name,
                 device_kind=dev.kind,  # type: ignore[arg-type]
                 ts_ns=int(read_ns[d] + self.skew_ns[d]),
-                counters=table.specs,
+                counters=specs,
                 ports=dev.ports,
-                values=self._as_refreshed(d, t_ns, rows[first : first + len(dev.ports)]),
+                values=values,
                 source=SOURCE,
             )
             at = int(read_ns[d])
@@ -265,7 +285,7 @@ class _Simulation:
             for s in copies:
                 writer.write_message(topics.COUNTERS, dev.name, at, s)
             self.snapshots += len(copies)
-            self.values += len(copies) * len(dev.ports) * n_specs[dev.kind]
+            self.values += len(copies) * len(dev.ports) * len(specs)
         self._phases_until(writer, self.sc.start_ns + t_ns)
 
     def _phases_until(self, writer: TraceWriter, t_ns: int) -> None:

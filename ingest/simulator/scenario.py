@@ -19,6 +19,7 @@ import msgspec
 import yaml
 
 from fabricwatch.schemas.config import ConfigError, check_keys
+from fabricwatch.schemas.vocabulary import canonical
 
 DEFAULT_START_NS = 1_767_225_600 * 1_000_000_000  # 2026-01-01T00:00:00Z: fixed, never now()
 
@@ -60,6 +61,14 @@ class Refresh(_Strict):
     """Seconds between the device's refreshes of its counters: a read in between sees the last one."""
 
 
+class Omit(_Strict):
+    devices: str
+    """Shell-style pattern of device names."""
+    counters: list[str]
+    """Counters those devices do not export (``queue_occupancy_bytes``: switches with watermarks
+    but no current-depth gauge)."""
+
+
 class CollectorSpec(_Strict):
     noise: float = 0.02
     jitter_ms: float = 2.0
@@ -72,6 +81,8 @@ class CollectorSpec(_Strict):
     counter_start: Literal["random", "zero", "near_wrap"] = "random"
     refresh: list[Refresh] = []
     """Devices that refresh their counters more slowly than they are polled (the first match wins)."""
+    omit: list[Omit] = []
+    """Counters some devices do not export (every matching rule applies)."""
 
 
 class Burst(_Strict):
@@ -340,6 +351,12 @@ def _check_collector(sc: Scenario, p: _Problems) -> None:
     for key in ("gap_probability", "duplicate_probability", "reorder_probability"):
         p.require(0 <= getattr(c, key) < 1, f"collector.{key}", "must be in [0, 1)")
     p.require(0 <= c.reset_rate_per_hour <= 3600, "collector.reset_rate_per_hour", "must be in [0, 3600]")
+    for i, rule in enumerate(c.refresh):
+        p.require(rule.interval > 0, f"collector.refresh[{i}].interval", "must be positive")
+    names = canonical()
+    for i, omit in enumerate(c.omit):
+        for j, name in enumerate(omit.counters):
+            p.require(name in names, f"collector.omit[{i}].counters[{j}]", f"not a counter name: {name!r}")
 
 
 class _Names:
