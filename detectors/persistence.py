@@ -36,20 +36,30 @@ class Streak:
         )
 
     def step(
-        self, cond: np.ndarray, ts_ns: int, dt_s: float, held_s: np.ndarray | float | None = None
+        self,
+        cond: np.ndarray,
+        ts_ns: int,
+        dt_s: float,
+        held_s: np.ndarray | float | None = None,
+        known: np.ndarray | None = None,
     ) -> None:
         """Extend the streak where ``cond`` holds, break it elsewhere; a new streak starts at the
         beginning of the interval in which the condition was first seen. ``held_s`` is how long the
         condition held within this interval where a counter can tell (pause time); the whole
-        interval otherwise."""
+        interval otherwise. Where ``known`` is false (the rates are unknown: a stale or partial
+        snapshot) the streak neither grows nor breaks: missing data is not evidence either way."""
         holds = bool(cond.any())
         if not holds and not self.running:
             return
         fresh = cond & (self.polls == 0)
         self.since_ns[fresh] = ts_ns - int(dt_s * 1e9)
-        self.polls = np.where(cond, self.polls + 1, 0)
-        self.seconds = np.where(cond, self.seconds + (dt_s if held_s is None else held_s), 0.0)
-        self.running = holds
+        polls = np.where(cond, self.polls + 1, 0)
+        seconds = np.where(cond, self.seconds + (dt_s if held_s is None else held_s), 0.0)
+        if known is not None:
+            polls = np.where(known, polls, self.polls)
+            seconds = np.where(known, seconds, self.seconds)
+        self.polls, self.seconds = polls, seconds
+        self.running = holds if known is None else bool((polls > 0).any())
 
     @property
     def any_active(self) -> bool:

@@ -39,12 +39,13 @@ class PfcWatchdog:
         paused_frac = _by_priority(frame, "rx_pfc_duration_us", prios) / _US_PER_S
         storming = self._condition(frame, rx_frames, paused_frac, prios, line_Bps)
         quiet = (rx_frames == 0) & ~(paused_frac >= self.config.paused_fraction)
+        known = ~(np.isnan(rx_frames) & np.isnan(paused_frac))
 
         storm = self._storm.get(frame.device, storming.shape)
         calm = self._quiet.get(frame.device, storming.shape)
-        storm.step(storming, frame.ts_ns, frame.dt_s)
+        storm.step(storming, frame.ts_ns, frame.dt_s, known=known)
         if storm.running or storm.any_active:  # quiet time matters only to a storm
-            calm.step(quiet, frame.ts_ns, frame.dt_s)
+            calm.step(quiet, frame.ts_ns, frame.dt_s, known=known)
         storm.start(storm.seconds >= self.config.detection_time_s)
         cleared = storm.stop(calm.seconds >= self.config.restoration_time_s)
 
@@ -123,12 +124,13 @@ class NicPauseStorm:
             # intervals paused throughout continue it.
             pausing |= (warned > 0)[:, None] & (frac > 0) & (storm.polls == 0)
         paused_s = np.minimum(np.nan_to_num(frac), 1.0) * frame.dt_s
-        storm.step(pausing, frame.ts_ns, frame.dt_s, held_s=paused_s)
+        known = ~np.isnan(frac)
+        storm.step(pausing, frame.ts_ns, frame.dt_s, held_s=paused_s, known=known)
         if not storm.running and not storm.any_active:
             return []
         began = pausing & (storm.polls == 1)
         storm.since_ns[began] = frame.ts_ns - (paused_s[began] * 1e9).astype(np.int64)  # when pausing began
-        calm.step(~(frac > 0), frame.ts_ns, frame.dt_s)
+        calm.step(~(frac > 0), frame.ts_ns, frame.dt_s, known=known)  # unknown is not calm
         storm.start(storm.seconds >= cfg.detection_time_s)
         cleared = storm.stop(calm.seconds >= cfg.restoration_time_s)
 

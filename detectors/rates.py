@@ -57,6 +57,11 @@ refresh their port counters every second or two (SONiC's default is 1 s), so a d
 unchanged for longer than that has gone quiet. Counter groups refreshed more slowly (SONiC's queues
 every 10 s) are the collector's to mark (``ingest/sonic.py``); here the whole device counts."""
 _STALE_MAX_NS = int(STALE_MAX_S * 1e9)
+REFRESH_AWARE_SOURCES = frozenset({"sonic"})
+"""Collectors that know their devices' refresh schedule and send unrefreshed groups as unknown
+themselves (``ingest/sonic.py`` reads FLEX_COUNTER_TABLE), so a full repeat from them is what the
+device showed, not a read between refreshes: whole-device staleness would second-guess them (it
+made a storm read through SONiC root at the leaf, tests/test_sonic_storm.py)."""
 _PER_LINE_BYTE = {"bytes": 1.0, "packets": 1.0 / MIN_WIRE_BYTES, "frames": 1.0 / MIN_WIRE_BYTES}
 HOLD_MAX_S = 60.0
 """Longest a missing counter's last value is held for a rate over the gap: SONiC's slowest default
@@ -211,7 +216,11 @@ class RateEngine:
             self.stats.layout_changes += 1
             prev = _realign(prev, layout, snap.ports)
         elif (
-            prev.moving and snap.ts_ns - prev.ts_ns <= _STALE_MAX_NS and _unchanged(layout, prev, raw, valid)
+            valid is None
+            and snap.source not in REFRESH_AWARE_SOURCES
+            and prev.moving
+            and snap.ts_ns - prev.ts_ns <= _STALE_MAX_NS
+            and _unchanged(prev, raw)
         ):
             self.stats.stale += 1
             unknown = np.full(raw.shape, np.nan)
@@ -289,13 +298,10 @@ class RateEngine:
         return np.where(went_down & port_reset, cur * layout.scale, delta)
 
 
-def _unchanged(layout: Layout, prev: _DeviceState, raw: np.ndarray, valid: np.ndarray | None) -> bool:
-    """Nothing the snapshot holds differs from the device's last values, counters or gauges (what
-    is missing aside), and it holds some counter: a repeat of the last read."""
-    same = raw == prev.raw
-    if valid is None:
-        return bool(same.all())
-    return bool((same | ~valid).all() and (valid & layout.is_counter).any())
+def _unchanged(prev: _DeviceState, raw: np.ndarray) -> bool:
+    """Every value of a complete snapshot, counters and gauges, equals the device's last: a repeat
+    of the last read."""
+    return bool((raw == prev.raw).all())
 
 
 def _held(prev: _DeviceState, cur: _DeviceState) -> _DeviceState:

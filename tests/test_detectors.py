@@ -397,3 +397,35 @@ def test_a_whole_poll_of_standing_incast_without_a_depth_gauge_is_reported_at_on
     peaked = {**incast("Ethernet0", feeders), "queue_ecn_marked_packets": {"Ethernet0": 3e5}}
     out = run(stage, [without_gauge(sw.poll(1.0)), without_gauge(sw.poll(1.0, **peaked))])
     assert out[1] == [], "one poll of a deep peak with few marks waits for a second"
+
+
+def test_a_storm_keeps_its_streak_and_start_through_a_snapshot_not_refreshed():
+    """Found (issue 15, class 1, and CI: tests/test_sonic_storm.py once rooted a storm at the leaf):
+    a switch read before it refreshed repeats its last snapshot, whose rates are unknown. That poll
+    broke the storm's streak, so the storm restarted later, and a port it paused upstream, walking
+    to a root not yet storming, named the leaf as root. Unknown neither grows nor breaks a streak."""
+    sw, stage = Switch("leaf0", ["Ethernet0", "Ethernet8"]), Stage1()
+    snaps = [sw.poll(0.1)] + [sw.poll(0.1, **storm("Ethernet0")) for _ in range(3)]
+    snaps.append(msgspec.structs.replace(snaps[-1], ts_ns=snaps[-1].ts_ns + 100_000_000))  # not refreshed
+    sw.ts += 100_000_000
+    snaps.append(sw.poll(0.1, **storm("Ethernet0")))
+    out = run(stage, snaps)
+    assert stage.rates.stats.stale == 1
+    starts = [s.start_ns for poll in out for s in poll]
+    assert all(s.active for poll in out[2:] for s in poll) and out[4] and out[5]
+    assert set(starts) == {T0 + int(0.1e9)}, "one storm, begun with the first stormed interval"
+
+
+def test_a_nic_pause_storm_is_not_calmed_by_a_poll_without_data():
+    """Unknown is not calm: a NIC snapshot whose pause counter is unknown must not count toward the
+    storm's restoration time."""
+    stage = Stage1()
+    values = [10**12, 10**12, 10**9, 0]
+    out = []
+    for t in range(1, 4):
+        values = [values[0] + 10**9, values[1] + 10**9, values[2] + 10**6, 0]  # paused all second
+        out.append(stage.process(nic_poll(T0 + t * 10**9, values))[1])
+    out.append(stage.process(nic_poll(T0 + 4 * 10**9, values))[1])  # repeated: not refreshed
+    values = [values[0] + 2 * 10**9, values[1] + 2 * 10**9, values[2] + 2 * 10**6, 0]
+    out.append(stage.process(nic_poll(T0 + 5 * 10**9, values))[1])
+    assert all(s.active for poll in out[1:] for s in poll) and out[-1]
