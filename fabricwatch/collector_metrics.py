@@ -18,6 +18,25 @@ from fabricwatch.ingest.sonic import SwitchStats
 POLL_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
 
+class Liveness:
+    """A daemon's ``/healthz``: healthy while its periodic work (a poll, a read of the logs) keeps
+    finishing, within three intervals and at least 5 s."""
+
+    def __init__(self, what: str, interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._what, self._interval_s, self._clock = what, interval_s, clock
+        self._started = clock()
+        self._last: float | None = None
+
+    def done(self) -> None:
+        self._last = self._clock()
+
+    def health(self) -> tuple[bool, str]:
+        since = self._clock() - (self._last or self._started)
+        if since > max(3 * self._interval_s, 5.0):
+            return False, f"no {self._what} finished for {since:.0f} s (interval {self._interval_s} s)"
+        return True, f"ok: last {self._what} {since:.1f} s ago"
+
+
 class CollectMetrics:
     """A prometheus-client registry for one collector."""
 
@@ -48,24 +67,15 @@ class CollectMetrics:
                 registry=self.registry,
             )
             self.registry.register(_SwitchCollector(switches))
-        self._interval_s = interval_s
-        self._clock = clock
-        self._started = clock()
-        self._last_poll: float | None = None
+        self._liveness = Liveness("poll", interval_s, clock)
+        self.health = self._liveness.health
 
     def observe_poll(self, seconds: float) -> None:
         self._poll_seconds.observe(seconds)
-        self._last_poll = self._clock()
+        self._liveness.done()
 
     def observe_read(self, switch: str, seconds: float) -> None:
         self._read_seconds.labels(switch).observe(seconds)
-
-    def health(self) -> tuple[bool, str]:
-        since = self._clock() - (self._last_poll or self._started)
-        allowed = max(3 * self._interval_s, 5.0)
-        if since > allowed:
-            return False, f"no poll finished for {since:.0f} s (interval {self._interval_s} s)"
-        return True, f"ok: last poll {since:.1f} s ago"
 
 
 class _StatsCollector:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from fabricwatch.collector_metrics import POLL_BUCKETS_S
+from fabricwatch.collector_metrics import POLL_BUCKETS_S, Liveness
 from fabricwatch.ingest.log_tail import TailStats
 from fabricwatch.ingest.nccl_phases import ReadStats
 
@@ -35,21 +35,12 @@ class PhaseMetrics:
             registry=self.registry,
         )
         self.registry.register(_Counts(tail, reader, phases, published))
-        self._interval_s = interval_s
-        self._clock = clock
-        self._started = clock()
-        self._last_read: float | None = None
+        self._liveness = Liveness("read of the logs", interval_s, clock)
+        self.health = self._liveness.health
 
     def observe_read(self, seconds: float) -> None:
         self._read_seconds.observe(seconds)
-        self._last_read = self._clock()
-
-    def health(self) -> tuple[bool, str]:
-        since = self._clock() - (self._last_read or self._started)
-        allowed = max(3 * self._interval_s, 5.0)
-        if since > allowed:
-            return False, f"no read of the logs finished for {since:.0f} s (interval {self._interval_s} s)"
-        return True, f"ok: last read {since:.1f} s ago"
+        self._liveness.done()
 
 
 class _Counts:
