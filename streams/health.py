@@ -43,6 +43,7 @@ class Progress:
     """Growth is judged over at least this long: one slow batch (a pause, a rebalance) is not a trend."""
     _behind: dict[str, deque[tuple[float, float]]] = field(default_factory=dict)
     _falling: set[str] = field(default_factory=set)
+    _latest: dict[str, float] = field(default_factory=dict)
 
     def processed(self, what: str, n: int = 1, now: float | None = None) -> None:
         self.counts[what] += n
@@ -54,10 +55,12 @@ class Progress:
         Returns a line for the log when the stage starts or stops falling behind, else None: said
         once per change, not per batch."""
         now = time.time() if now is None else now
+        age = max(0.0, now - message_ts_s)
+        self._latest[stage] = age
         samples = self._behind.setdefault(stage, deque())
         if samples and now - samples[-1][0] < 1.0:
-            samples.pop()  # one sample a second keeps the window small at any batch rate
-        samples.append((now, max(0.0, now - message_ts_s)))
+            return None  # one sample a second: a small window, and no trend work per batch
+        samples.append((now, age))
         while len(samples) > 2 and now - samples[1][0] >= self.behind_window_s:
             samples.popleft()
         falling = self.falling_behind(stage)
@@ -74,8 +77,7 @@ class Progress:
 
     def behind(self, stage: str) -> float:
         """How old the stage's newest input was when it processed it, in seconds (0 before any)."""
-        samples = self._behind.get(stage)
-        return samples[-1][1] if samples else 0.0
+        return self._latest.get(stage, 0.0)
 
     def growth(self, stage: str) -> float:
         """Seconds of delay the stage gained per second over the window (negative: catching up): the

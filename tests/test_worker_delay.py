@@ -68,3 +68,15 @@ def test_the_delay_and_its_growth_are_metrics():
     }
     assert abs(got[("fabricwatch_behind_seconds", (("stage", "stage1"),))] - 12.3) < 1e-6
     assert abs(got[("fabricwatch_behind_growth", (("stage", "stage1"),))] - 0.2) < 1e-3
+
+
+def test_a_worker_taking_ten_batches_a_second_is_judged_on_its_trend_too():
+    """Batches come many times a second; the trend is sampled once a second whatever their rate."""
+    progress = Progress()
+    lines = []
+    for i in range(1200):  # 120 s, a batch every 100 ms, 0.2 s later each second
+        now = NOW + i / 10
+        if line := progress.input_age("stage1", now - (0.5 + 0.02 * i), now=now):
+            lines.append(line)
+    assert len(lines) == 1 and progress.falling_behind("stage1")
+    assert abs(progress.growth("stage1") - 0.2) < 0.01
