@@ -2,9 +2,39 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-from fabricwatch.schemas.messages import EcmpGroup, Topology
+from fabricwatch.schemas.messages import EcmpGroup, QueueProfile, Topology
+
+
+class EcnCurve(NamedTuple):
+    """WRED marking thresholds per (port, queue): bytes of queue where marking starts and where it
+    reaches ``pmax``, the share marked there."""
+
+    kmin: np.ndarray
+    kmax: np.ndarray
+    pmax: np.ndarray
+
+
+def _curve(profiles: list[QueueProfile], ports: list[str], queues: np.ndarray) -> EcnCurve:
+    shape = (len(ports), len(queues))
+    curve = EcnCurve(np.full(shape, np.nan), np.full(shape, np.nan), np.full(shape, np.nan))
+    rank = np.full(shape, -1)
+    for profile in profiles:
+        rows = np.array([p == profile.port for p in ports]) if profile.port else np.ones(len(ports), bool)
+        cols = queues == profile.queue if profile.queue is not None else np.ones(len(queues), bool)
+        specific = 2 * bool(profile.port) + (profile.queue is not None)
+        wins = rows[:, None] & cols[None, :] & (rank < specific)
+        pmax = np.nan if profile.ecn_pmax is None else profile.ecn_pmax
+        curve.kmin[wins], curve.kmax[wins], curve.pmax[wins] = (
+            profile.ecn_kmin_bytes,
+            profile.ecn_kmax_bytes,
+            pmax,
+        )
+        rank[wins] = specific
+    return curve
 
 
 class FabricMap:
@@ -23,6 +53,8 @@ class FabricMap:
         self._known: set[str] = set()
         self._nics: set[str] = set()
         self._neighbours: dict[str, set[str]] = {}
+        self._profiles: dict[str, list[QueueProfile]] = {}
+        self._curve_cache: dict[tuple[str, tuple[str, ...], tuple[int, ...]], EcnCurve | None] = {}
         if topology is not None:
             self._index(topology)
 
@@ -37,6 +69,8 @@ class FabricMap:
             self._groups.setdefault(group.device, []).append(group)
         self._known = {d.id for d in topo.devices}
         self._nics = {d.id for d in topo.devices if d.kind == "nic"} | {a.nic for a in topo.nics}
+        for profile in topo.queue_profiles:
+            self._profiles.setdefault(profile.device, []).append(profile)
         for dev in topo.devices:
             if dev.host:
                 self._host_of[dev.id] = dev.host
@@ -79,6 +113,18 @@ class FabricMap:
                 mask = np.ones(len(ports), dtype=bool)
             self._edge_cache[key] = mask
         return mask
+
+    def ecn_curve(self, device: str, ports: list[str], queues: np.ndarray) -> EcnCurve | None:
+        """The ECN marking curve of each (port, queue) as the topology gives it (a site file, or
+        the switch's own configuration), NaN where it gives none; None for a device it gives
+        nothing for. The most specific profile wins: port and queue, then port, then device."""
+        key = (device, tuple(ports), tuple(int(q) for q in queues))
+        if key in self._curve_cache:
+            return self._curve_cache[key]
+        profiles = self._profiles.get(device)
+        curve = _curve(profiles, ports, np.asarray(queues)) if profiles else None
+        self._curve_cache[key] = curve
+        return curve
 
     def ecmp_groups(self, device: str) -> list[EcmpGroup]:
         return self._groups.get(device, [])

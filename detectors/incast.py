@@ -1,15 +1,26 @@
 """Incast, per switch: an egress queue congested past the ECN threshold by several senders at once.
 
-Evidence on one switch, all from one snapshot's rates: the queue's watermark (peak since the last
-read) is deep in the ECN marking band (see detectors/config.py for why depth means fan-in), the
-queue keeps ECN-marking, it is still above Kmin when read (it did not drain: the congestion stands;
-without an occupancy counter, the port running near line rate stands in), and, when it is reported,
+Evidence on one switch, all from one snapshot's rates: the queue is deep in the ECN marking band
+(see detectors/config.py for why depth means fan-in), the queue keeps ECN-marking, it is still
+above Kmin when read (it did not drain: the congestion stands; without an occupancy counter, the
+port running near line rate stands in), and, when it is reported,
 at least ``min_fan_in`` other ports bring in a real share of traffic (not asked of the poll in which
 it began: a few milliseconds of incast at the end of an interval barely move the ingress averages).
 A burst the buffer absorbs shows the watermark for one poll; an incast persists, so it must hold
 for ``sustain_polls`` polls unless it already hurts (drops on that queue, or the switch pausing its
 own ingress ports) or one poll already shows it lasting the whole interval (line rate throughout,
 the queue deep at its peak and still deep when read).
+
+How deep a queue sits in its band is read two ways, and the deeper reading counts: its watermark
+against the band's thresholds, and the share of its packets ECN-marked against the share WRED marks
+at the top of the band. The thresholds are the switch's own where the topology carries its queue
+profile (a site file, or the WRED profile a SONiC switch publishes in its config DB), else the
+configured ones. The marked share needs no thresholds at all: WRED marks in proportion to the depth
+within the band, so the switch's marking says where its queue stood on whatever profile it runs.
+A shallow-buffer fabric (Kmin 50 KiB, Kmax 400 KiB) never brings a queue to the middle of the
+default 150 KB-1.5 MB band, but its incasts mark half their packets and more. Each symptom says
+which profile it used (``ecn_profile``: topology or config) and which reading made it deep
+(``deep_by``: depth or marks).
 
 Only host-facing ports can be incast victims: many-to-one traffic converges on the last hop to the
 receiver, which carries all of it. Congestion on a fabric link is either ECMP imbalance (the ECMP
@@ -19,11 +30,14 @@ detector's business) or oversubscription under balanced load, and neither is an 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from fabricwatch.detectors.config import IncastConfig
 from fabricwatch.detectors.evidence import cell_symptom, evidence
+from fabricwatch.detectors.fabric import EcnCurve
 from fabricwatch.detectors.persistence import StreakTable
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.schemas.messages import Symptom
@@ -34,7 +48,15 @@ class IncastDetector:
         self.config = config
         self._streaks = StreakTable()
 
-    def update(self, frame: RateFrame, line_Bps: np.ndarray, host_facing: np.ndarray) -> list[Symptom]:
+    def update(
+        self,
+        frame: RateFrame,
+        line_Bps: np.ndarray,
+        host_facing: np.ndarray,
+        curve: Callable[[np.ndarray], EcnCurve | None] | None = None,
+    ) -> list[Symptom]:
+        """``curve(queues)`` gives the switch's ECN thresholds per (port, queue) where the topology
+        knows them."""
         watermark, queues = frame.indexed("queue_watermark_bytes")
         if queues.size == 0:
             return []
@@ -45,15 +67,16 @@ class IncastDetector:
         tx = frame.port("tx_bytes")
         rx = frame.port("rx_bytes")
 
-        band = cfg.ecn_kmax_bytes - cfg.ecn_kmin_bytes
+        band = _Band.of(cfg, curve(queues) if curve is not None else None, watermark.shape)
+        by_depth = band.position(watermark)
+        by_marks = self._marked_position(frame, ecn, queues, band)
+        position = np.fmax(by_depth, by_marks)
         streak = self._streaks.get(frame.device, watermark.shape)
-        deep = watermark >= cfg.ecn_kmin_bytes + cfg.band_fraction * band
-        held = (watermark >= cfg.ecn_kmin_bytes + cfg.hold_band_fraction * band) & (
-            (streak.polls > 0) | streak.active
-        )
+        deep = position >= cfg.band_fraction
+        held = (position >= cfg.hold_band_fraction) & ((streak.polls > 0) | streak.active)
         marking = deep | held if ecn is None else (deep | held) & (ecn > 0)
         if occupancy is not None:
-            standing = occupancy >= cfg.ecn_kmin_bytes
+            standing = occupancy >= band.kmin
         else:
             standing = (tx >= cfg.min_egress_utilisation * line_Bps)[:, None]
         feeders = rx >= cfg.fan_in_port_fraction * line_Bps
@@ -64,7 +87,7 @@ class IncastDetector:
         streak.step(congested, frame.ts_ns, frame.dt_s)
         pausing = self._pausing_ingress(frame)
         hurting = pausing if drops is None else (drops > 0) | pausing
-        whole_poll = self._congested_throughout(frame, occupancy, watermark, ecn, queues, tx, line_Bps, band)
+        whole_poll = self._congested_throughout(occupancy, by_depth, by_marks, band, tx, line_Bps)
         streak.start(fed & ((streak.polls >= cfg.sustain_polls) | (congested & (hurting | whole_poll))))
         cleared = streak.stop(~congested)
 
@@ -76,6 +99,10 @@ class IncastDetector:
                 fan_in_ports=int(fan_in[p]),
                 drops_pps=drops[p, q] if drops is not None else math.nan,
                 pausing_ingress=int(pausing),
+                ecn_kmin_bytes=band.kmin[p, q],
+                ecn_kmax_bytes=band.kmax[p, q],
+                ecn_profile="topology" if band.from_topology[p, q] else "config",
+                deep_by="marks" if by_marks[p, q] > by_depth[p, q] else "depth",
             )
 
         return streak.report(
@@ -85,36 +112,73 @@ class IncastDetector:
             ),
         )
 
-    def _congested_throughout(
-        self,
-        frame: RateFrame,
-        occupancy: np.ndarray | None,
-        watermark: np.ndarray,
-        ecn: np.ndarray | None,
-        queues: np.ndarray,
-        tx: np.ndarray,
-        line_Bps: np.ndarray,
-        band: float,
+    def _marked_position(
+        self, frame: RateFrame, ecn: np.ndarray | None, queues: np.ndarray, band: _Band
     ) -> np.ndarray:
-        """A port at line rate for the whole poll whose queue is deep both at its peak and when read
-        was congested all along: that is already sustained, one poll is enough. A switch without a
-        depth gauge proves "when read" by its marks: a queue that only peaked once marks few packets,
-        one that stood deep all poll marks them at WRED's probability for that depth."""
-        cfg = self.config
-        deep = cfg.ecn_kmin_bytes + cfg.band_fraction * band
-        saturated = (tx >= cfg.full_poll_utilisation * line_Bps)[:, None]
-        if occupancy is not None:
-            return saturated & (occupancy >= deep) & (watermark >= deep)
+        """Where in the band each queue stood over the poll, from the share of its packets marked
+        (WRED marks ``pmax`` of them at the top of the band), discounted by ``standing_marks`` for
+        noise; NaN where the switch counts no marked or no sent packets."""
         sent = frame.aligned("queue_tx_packets", queues)
         if ecn is None or sent is None:
-            return np.zeros(watermark.shape, dtype=bool)
+            return np.full(band.kmin.shape, np.nan)
         with np.errstate(divide="ignore", invalid="ignore"):
-            marked = ecn / sent
-        standing = marked >= cfg.band_fraction * cfg.ecn_pmax * cfg.standing_marks
-        return saturated & (watermark >= deep) & standing
+            return np.where(sent > 0, ecn / sent, np.nan) / (band.pmax * self.config.standing_marks)
+
+    def _congested_throughout(
+        self,
+        occupancy: np.ndarray | None,
+        by_depth: np.ndarray,
+        by_marks: np.ndarray,
+        band: _Band,
+        tx: np.ndarray,
+        line_Bps: np.ndarray,
+    ) -> np.ndarray:
+        """A port at line rate for the whole poll whose queue is deep both at its peak and when read
+        was congested all along: that is already sustained, one poll is enough. A poll's marks
+        prove both without a depth gauge or a known band: a queue that only peaked once marks few
+        packets, one that stood deep all poll marks them at WRED's share for that depth."""
+        cfg = self.config
+        saturated = (tx >= cfg.full_poll_utilisation * line_Bps)[:, None]
+        stood = by_marks >= cfg.band_fraction
+        if occupancy is None:
+            return saturated & stood
+        deep_when_read = (band.position(occupancy) >= cfg.band_fraction) | (stood & (occupancy >= band.kmin))
+        return saturated & deep_when_read & ((by_depth >= cfg.band_fraction) | stood)
 
     @staticmethod
     def _pausing_ingress(frame: RateFrame) -> np.ndarray:
         """True when this switch is sending PFC pauses on any port: congestion spreading upstream."""
         tx_pfc, _ = frame.indexed("tx_pfc_frames")
         return np.bool_(tx_pfc.size and (tx_pfc > 0).any())
+
+
+@dataclass(frozen=True)
+class _Band:
+    """The ECN marking band of each (port, queue) cell: the topology's where it has one, else the
+    configured one."""
+
+    kmin: np.ndarray
+    kmax: np.ndarray
+    pmax: np.ndarray
+    from_topology: np.ndarray
+
+    @classmethod
+    def of(cls, cfg: IncastConfig, curve: EcnCurve | None, shape: tuple[int, ...]) -> _Band:
+        if curve is None:
+            return cls(
+                np.full(shape, cfg.ecn_kmin_bytes),
+                np.full(shape, cfg.ecn_kmax_bytes),
+                np.full(shape, cfg.ecn_pmax),
+                np.zeros(shape, dtype=bool),
+            )
+        known = ~np.isnan(curve.kmin)
+        return cls(
+            np.where(known, curve.kmin, cfg.ecn_kmin_bytes),
+            np.where(known, curve.kmax, cfg.ecn_kmax_bytes),
+            np.where(np.isnan(curve.pmax), cfg.ecn_pmax, curve.pmax),
+            known,
+        )
+
+    def position(self, depth: np.ndarray) -> np.ndarray:
+        """0 at Kmin, 1 at Kmax."""
+        return (depth - self.kmin) / (self.kmax - self.kmin)

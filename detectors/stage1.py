@@ -36,7 +36,12 @@ class Stage1:
             return None, []
         symptoms = self._pfc.update(frame, line)
         if frame.device_kind == "switch":
-            symptoms += self._incast.update(frame, line, self.fabric.host_facing(frame.device, frame.ports))
+            symptoms += self._incast.update(
+                frame,
+                line,
+                self.fabric.host_facing(frame.device, frame.ports),
+                lambda queues: self.fabric.ecn_curve(frame.device, frame.ports, queues),
+            )
             symptoms += self._ecmp.update(frame, self.fabric.ecmp_groups(frame.device), line)
         else:
             symptoms += self._nic_pause.update(frame)

@@ -8,8 +8,9 @@ the wrong port. Each host's collector reads its own cabling from LLDP and report
 (``"switch:NAME"``: its links and ECMP groups). The merged view takes the file for everything,
 each host's latest report for that host's NICs, and each switch's latest report for that switch's
 ports: a link the switch reports replaces the file's links on the same port, its ECMP groups
-replace the file's groups of that switch, and devices the file lacks are added. A new whole-fabric
-topology replaces the file's part and keeps the reports.
+replace the file's groups of that switch, its queue profiles (ECN marking curves read from its
+own configuration) replace the file's for that switch, and devices the file lacks are added. A new
+whole-fabric topology replaces the file's part and keeps the reports.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class TopologyView:
         reporting = {r.source.removeprefix("switch:") for r in switches}
         links = [link for link in base.links if not _touches(link, seen_ports)]
         groups = [g for g in base.ecmp_groups if g.device not in reporting]
+        profiled = {p.device for r in switches for p in r.queue_profiles}
+        profiles = [p for p in base.queue_profiles if p.device not in profiled]
         ts_ns = base.ts_ns
         for report in self._reports.values():
             for device in report.devices:
@@ -53,12 +56,14 @@ class TopologyView:
         for report in switches:
             links += [link for link in report.links if not _touches(link, _ends(links))]
             groups += report.ecmp_groups
+            profiles += report.queue_profiles
         return Topology(
             ts_ns=ts_ns,
             devices=list(devices.values()),
             links=links,
             ecmp_groups=groups,
             nics=list(nics.values()),
+            queue_profiles=profiles,
         )
 
 

@@ -19,9 +19,22 @@ from dataclasses import dataclass
 
 import msgspec
 
-from fabricwatch.schemas.messages import Device, EcmpGroup, Link, Topology
+from fabricwatch.schemas.messages import Device, EcmpGroup, Link, QueueProfile, Topology, check_ecn_curve
 
 _PORT_NAME = re.compile(r"^[A-Za-z][\w\-/.:]*\d$")
+
+
+class SiteEcnProfile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """The ECN marking curve of the switches whose names match ``devices`` (shell-style)."""
+
+    devices: str
+    ecn_kmin_bytes: float
+    ecn_kmax_bytes: float
+    ecn_pmax: float | None = None
+    queue: int | None = None
+
+    def __post_init__(self) -> None:
+        check_ecn_curve(self.ecn_kmin_bytes, self.ecn_kmax_bytes, self.ecn_pmax)
 
 
 class SiteSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -33,6 +46,9 @@ class SiteSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """Name pattern -> pod."""
     link_gbps: float = 400.0
     """A link's speed when the switch does not say (PORT_TABLE has no speed)."""
+    ecn_profiles: list[SiteEcnProfile] = msgspec.field(default_factory=list)
+    """Switches' WRED thresholds, for the incast detector's band; a switch's own per-queue
+    profiles (SONiC's CONFIG_DB) are more specific and win where both are known."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +89,11 @@ def switch_topology(
         devices=list(devices.values()),
         links=links,
         ecmp_groups=_groups(name, facing, devices),
+        queue_profiles=[
+            QueueProfile(name, p.ecn_kmin_bytes, p.ecn_kmax_bytes, p.ecn_pmax, queue=p.queue)
+            for p in site.ecn_profiles
+            if fnmatch.fnmatchcase(name, p.devices)
+        ],
         source=f"switch:{name}",
     )
 

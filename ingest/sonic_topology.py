@@ -5,7 +5,8 @@ lldp_syncd keeps each port's neighbour in APPL_DB (database 0) as ``LLDP_ENTRY_T
 (``lldp_rem_sys_name``, ``lldp_rem_port_id`` and its subtype, ``lldp_rem_port_desc``, ...), and
 portsyncd each port's speed in Mb/s as ``PORT_TABLE:<port>`` ``speed``. A SONiC neighbour sends its
 port alias as a locally assigned port id (subtype 7, ``Eth3(Port3)``) and its port name as the
-description (``Ethernet8``); a subtype 5 port id is the name itself.
+description (``Ethernet8``); a subtype 5 port id is the name itself. The report carries the switch's
+ECN marking curves from CONFIG_DB (``sonic_qos.py``) for the incast detector's band.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 
+import msgspec
 import redis
 
 from fabricwatch.ingest.lldp_fabric import Neighbour, SiteSettings, neighbour, switch_topology
-from fabricwatch.ingest.sonic import decoded, with_db
-from fabricwatch.schemas.messages import Topology
+from fabricwatch.ingest.sonic import CONFIG_DB, decoded, with_db
+from fabricwatch.ingest.sonic_qos import read_queue_profiles
+from fabricwatch.schemas.messages import QueueProfile, Topology
 
 APPL_DB = 0
 _IFNAME_SUBTYPE = "5"
@@ -77,6 +80,7 @@ class TopologyWatch:
         self._pending: dict[str, Future] = {}
         self._sent: dict[str, tuple] = {}
         self._failing: set[str] = set()
+        self._said: set[str] = set()
         self._next = 0.0
         self.failures = 0
 
@@ -100,14 +104,38 @@ class TopologyWatch:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _read(self, name: str, url: str) -> Topology:
-        client = redis.Redis.from_url(
-            with_db(url, APPL_DB), socket_timeout=self._timeout_s, socket_connect_timeout=self._timeout_s
-        )
+        client = self._client(url, APPL_DB)
         try:
             neighbours, speeds = read_neighbours(client)
         finally:
             client.close()
-        return switch_topology(name, neighbours, speeds, set(self._switches), self._site, time.time_ns())
+        report = switch_topology(name, neighbours, speeds, set(self._switches), self._site, time.time_ns())
+        return msgspec.structs.replace(
+            report, queue_profiles=report.queue_profiles + self._profiles(name, url)
+        )
+
+    def _profiles(self, name: str, url: str) -> list[QueueProfile]:
+        """The switch's marking curves; none (the configured band applies) when CONFIG_DB cannot be
+        read, which is said once and does not hold up its links."""
+        client = self._client(url, CONFIG_DB)
+        try:
+            profiles = read_queue_profiles(client, name, self._warn_once)
+        except (redis.RedisError, OSError) as exc:
+            self._warn_once(f"{name}: CONFIG_DB unreadable ({exc}); its ECN profile is not reported")
+            return []
+        finally:
+            client.close()
+        return profiles
+
+    def _client(self, url: str, db: int) -> redis.Redis:
+        return redis.Redis.from_url(
+            with_db(url, db), socket_timeout=self._timeout_s, socket_connect_timeout=self._timeout_s
+        )
+
+    def _warn_once(self, text: str) -> None:
+        if text not in self._said:
+            self._said.add(text)
+            self._warn(text)
 
     def _outcome(self, name: str, future: Future) -> Topology | None:
         try:
@@ -119,7 +147,12 @@ class TopologyWatch:
                 self._warn(f"{name}: LLDP neighbours unreadable ({exc}); its links are not reported")
             return None
         self._failing.discard(name)
-        shape = (tuple(report.links), tuple(report.ecmp_groups), tuple(report.devices))
+        shape = (
+            tuple(report.links),
+            tuple(report.ecmp_groups),
+            tuple(report.devices),
+            tuple(report.queue_profiles),
+        )
         if self._sent.get(name) == shape:
             return None
         self._sent[name] = shape

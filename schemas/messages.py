@@ -138,6 +138,30 @@ class NicAttachment(msgspec.Struct, frozen=True, omit_defaults=True):
     leaf_port: str
 
 
+class QueueProfile(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A switch's ECN marking curve (WRED) for its queues: no marks below ``ecn_kmin_bytes`` of
+    queue, a share rising linearly to ``ecn_pmax`` at ``ecn_kmax_bytes``. ``port`` empty: every port
+    of ``device``; ``queue`` unset: every queue of those ports. The most specific one applies."""
+
+    device: str
+    ecn_kmin_bytes: float
+    ecn_kmax_bytes: float
+    ecn_pmax: float | None = None
+    port: str = ""
+    queue: int | None = None
+
+    def __post_init__(self) -> None:
+        check_ecn_curve(self.ecn_kmin_bytes, self.ecn_kmax_bytes, self.ecn_pmax)
+
+
+def check_ecn_curve(kmin: float, kmax: float, pmax: float | None) -> None:
+    """Raise ValueError unless the thresholds make a WRED marking curve."""
+    if not 0 <= kmin < kmax:
+        raise ValueError("need 0 <= ecn_kmin_bytes < ecn_kmax_bytes")
+    if pmax is not None and not 0 < pmax <= 1:
+        raise ValueError("ecn_pmax must be in (0, 1]")
+
+
 class Topology(msgspec.Struct, tag="topology", tag_field="type", omit_defaults=True):
     """The fabric as the detectors need it: who is wired to whom, and which ports hash together.
 
@@ -151,11 +175,15 @@ class Topology(msgspec.Struct, tag="topology", tag_field="type", omit_defaults=T
     links: list[Link]
     ecmp_groups: list[EcmpGroup] = msgspec.field(default_factory=list)
     nics: list[NicAttachment] = msgspec.field(default_factory=list)
+    queue_profiles: list[QueueProfile] = msgspec.field(default_factory=list)
     source: str = ""
     v: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
         known = {d.id for d in self.devices}
+        for i, profile in enumerate(self.queue_profiles):
+            if profile.device not in known:
+                raise ValueError(f"queue_profiles[{i}] names unknown device {profile.device!r}")
         for i, link in enumerate(self.links):
             for dev in (link.a_device, link.b_device):
                 if dev not in known:

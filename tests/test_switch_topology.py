@@ -3,9 +3,13 @@ switch's report is authoritative for its ports (recabled uplinks move, ECMP grou
 
 from __future__ import annotations
 
+import pytest
+
 from fabricwatch.detectors.topology import TopologyView
-from fabricwatch.ingest.lldp_fabric import Neighbour, SiteSettings, switch_topology
-from fabricwatch.schemas.messages import Device, EcmpGroup, Link, Topology
+from fabricwatch.ingest.lldp_fabric import Neighbour, SiteEcnProfile, SiteSettings, switch_topology
+from fabricwatch.ingest.switch_poll import SonicSettings
+from fabricwatch.schemas.config import ConfigError, ConfigFile
+from fabricwatch.schemas.messages import Device, EcmpGroup, Link, QueueProfile, Topology
 
 SITE = SiteSettings(spines=["spine*"], pods={"leaf0*": "pod0"}, link_gbps=200)
 
@@ -110,3 +114,37 @@ def test_an_incident_rooted_at_a_device_the_topology_lacks_says_so(tmp_path):
     # the pause tree stops at the leaf port the NIC hangs off: it says so, and that it may not be the root
     at_leaf = [a for a in lacking if a.root.device != "h002/mlx5_0"]
     assert all("has no link in the topology" in a.summary for a in at_leaf)
+
+
+def test_the_site_s_ecn_profiles_reach_the_switches_they_name_and_a_switch_report_replaces_the_file_s():
+    site = SiteSettings(
+        spines=["spine*"],
+        ecn_profiles=[SiteEcnProfile("leaf*", 51_200, 409_600, 0.2, queue=3), SiteEcnProfile("spine*", 1, 2)],
+    )
+    report = switch_topology(
+        "leaf01", [Neighbour("Ethernet0", "spine01", "Ethernet1")], {}, {"leaf01"}, site, 5
+    )
+    assert report.queue_profiles == [QueueProfile("leaf01", 51_200, 409_600, 0.2, queue=3)]
+    devices = [Device("leaf01", "leaf"), Device("leaf02", "leaf")]
+    fabric = Topology(
+        ts_ns=1, devices=devices, links=[], queue_profiles=[QueueProfile(d.id, 150e3, 1.5e6) for d in devices]
+    )
+    view = TopologyView()
+    view.add(fabric)
+    merged = view.add(report)
+    assert sorted((p.device, p.ecn_kmin_bytes) for p in merged.queue_profiles) == [
+        ("leaf01", 51_200),
+        ("leaf02", 150e3),
+    ]
+
+
+def test_a_site_ecn_profile_that_is_not_a_curve_is_named_in_the_config_error(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "sonic:\n  site:\n    ecn_profiles:\n"
+        "      - {devices: 'leaf*', ecn_kmin_bytes: 400000, ecn_kmax_bytes: 50000}\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        ConfigFile(path).section("sonic", SonicSettings)
+    assert str(path) in str(caught.value) and "sonic.site.ecn_profiles[0]" in str(caught.value)
+    assert "ecn_kmin_bytes < ecn_kmax_bytes" in str(caught.value)
