@@ -27,7 +27,11 @@ Defaults and where they come from:
   while the others have room. A few flows hashed unevenly on a fabric that is not full are the
   normal statistics of ECMP (max/mean of 2 is common with 4-8 QPs per connection) and cost nothing.
   Once begun it holds down to SONiC's own +/-25% bound and 70% load (``hold_*``: hysteresis against
-  noisy readings of a saturated link). Normalised entropy and the coefficient of variation are
+  noisy readings of a saturated link). Below saturation, a group whose traffic has polarised (80%
+  of it on one member in eight, the rest idle, the hot member at >= 25% of line rate) for 30 s is
+  a warning: the job's traffic will saturate that member as it grows. Uneven hashing of a few flows
+  spreads them over several members; one flow bursting on one member is over in seconds.
+  Normalised entropy and the coefficient of variation are
   reported as evidence but do not gate: with eight members, one saturated uplink beside seven at a
   quarter load still has entropy 0.92, so an entropy threshold would have to depend on the group
   size.
@@ -82,6 +86,17 @@ class EcmpConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     hold_max_over_mean: float = 1.25
     hold_hot_utilisation: float = 0.7
     persist_polls: int = 3
+    polarised_share: float = 0.8
+    """A group is polarised when its hottest ``polarised_members`` (at least one) carry this share
+    of its traffic while the rest idle: a warning before it saturates."""
+    polarised_members: float = 0.125
+    """"Few" members, as a share of the group's (one of eight: one of 4-15, two of 16-23, ...)."""
+    polarised_min_members: int = 4
+    """Smaller groups are left to the saturated test: two flows on one of two members is chance."""
+    polarised_hot_utilisation: float = 0.25
+    """The hot member must carry real load: a trickle on one uplink is nothing to warn about."""
+    polarised_persist_s: float = 30.0
+    """Long enough that it is no single flow's burst (seconds, at any poll interval)."""
     max_unknown_polls: int = 4
     """Polls in a row a group's shares may be unknown (a member's rate missing, or the switch not
     refreshed yet) without breaking its streak or its report: an unknown poll is neither skewed

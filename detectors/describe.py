@@ -81,7 +81,18 @@ class Describer:
 
     def _describe_storm(self, incident: Incident, members: list[Symptom]) -> None:
         root = incident.root
-        host = self.fabric.host_of(root.device)
+        stalled = incident.evidence.get("stalled_egress") == 1 or (  # sticky, like its severity
+            not self.fabric.is_nic(root.device)
+            and any(
+                s.kind == "pfc_pausing" and (s.device, s.port) == (root.device, root.port) for s in members
+            )
+        )
+        host = (stalled and self.fabric.host_behind(root.device, root.port)) or self.fabric.host_of(
+            root.device
+        )
+        if stalled:
+            incident.evidence["stalled_egress"] = 1
+            incident.hint = STALLED_EGRESS_HINT
         incident.hosts.add(host)
         incident.severity = "critical"
         paused = [s for s in members if s.kind == "pfc_storm"]
@@ -90,9 +101,10 @@ class Describer:
         incident.evidence.update(self._pause_tree(paused))
         self.jobs.attach(incident, {host}, incident.start_ns)
         job = f"; job {', '.join(incident.jobs)}" if incident.jobs else ""
+        where = f"toward host {host}; its egress stalled unpaused" if stalled else f"host {host}"
         incident.summary = (
             f"PFC storm on priority {root.priority} rooted at {root.device} port {root.port} "
-            f"(host {host}): {incident.evidence['paused_ports']} ports paused on "
+            f"({where}): {incident.evidence['paused_ports']} ports paused on "
             f"{incident.evidence['paused_devices']} devices{job}"
         )
 
@@ -175,7 +187,13 @@ class Describer:
         incident.summary = f"Unusual counters on {root.device} {root.port}: {features}".rstrip(": ")
 
 
-_CARRIED = ("peak_queue_bytes",)
+STALLED_EGRESS_HINT = (
+    "A switch egress queue holds data and sends nothing without being paused (a PFC deadlock, or a "
+    "stuck port): check the switch (PFC watchdog action, buffer and routing loops, the port's state); "
+    "the host behind the port is a victim, not the cause."
+)
+
+_CARRIED = ("peak_queue_bytes", "stalled_egress")
 """Evidence that is the incident's over its life, not its latest symptom's: kept from update to update."""
 
 

@@ -4,7 +4,9 @@ Three views of the same shares, as docs/detectors.md asks: normalised Shannon en
 perfectly even), max/mean, and the coefficient of variation; max/mean decides (see
 detectors/config.py for why entropy does not), the others are evidence. The group must
 carry load that matters, judged by its hottest member's utilisation, because the cost of collapse
-is a saturated uplink next to idle ones; and the skew must persist.
+is a saturated uplink next to idle ones; and the skew must persist. Below saturation, traffic
+polarised onto few members for ``polarised_persist_s`` is reported too; stage 2 makes it a warning
+(critical once the hot member saturates).
 """
 
 from __future__ import annotations
@@ -79,15 +81,24 @@ class EcmpDetector:
             mean = 1.0 / n
             cv = np.sqrt((np.where(index.members, (shares - mean[:, None]) ** 2, 0.0)).sum(axis=1) / n) / mean
         hot = util.max(axis=1)
+        few = np.maximum(1, (n * cfg.polarised_members).astype(int))
+        top_share = self._top_share(shares, few)
         streak = self._streaks.get(frame.device, hot.shape)
-        begins = (hot >= cfg.min_hot_utilisation) & (max_over_mean >= cfg.max_over_mean)
+        saturated = (hot >= cfg.min_hot_utilisation) & (max_over_mean >= cfg.max_over_mean)
+        polarised = (
+            (n >= cfg.polarised_min_members)
+            & (hot >= cfg.polarised_hot_utilisation)
+            & (top_share >= cfg.polarised_share)
+        )
         holds = (hot >= cfg.hold_hot_utilisation) & (max_over_mean >= cfg.hold_max_over_mean)
-        skewed = begins | (holds & ((streak.polls > 0) | streak.active))
+        skewed = saturated | polarised | (holds & ((streak.polls > 0) | streak.active))
 
         streak.step(skewed, frame.ts_ns, frame.dt_s)
         # Persistence is time: persist_polls poll intervals, however many frames brought them (a
-        # frame after unknown polls spans several; with every frame one poll, this is polls).
-        streak.start(streak.seconds >= cfg.persist_polls * index.poll_s * (1 - 1e-6))
+        # frame after unknown polls spans several; with every frame one poll, this is polls). A
+        # collapse below saturation must last polarised_persist_s: it costs nothing yet.
+        lasted = streak.seconds >= cfg.persist_polls * index.poll_s * (1 - 1e-6)
+        streak.start((lasted & (saturated | holds)) | (streak.seconds >= cfg.polarised_persist_s))
         cleared = streak.stop(~skewed)
 
         def symptom(g: int, active: bool) -> Symptom:
@@ -104,6 +115,8 @@ class EcmpDetector:
                     max_over_mean=max_over_mean[g],
                     cv=cv[g],
                     hot_utilisation=hot[g],
+                    top_share=top_share[g],
+                    top_members=int(few[g]),
                     shares=" ".join(
                         f"{m}={shares[g, k]:.2f}" for k, m in enumerate(members) if index.members[g, k]
                     ),
@@ -113,6 +126,13 @@ class EcmpDetector:
         said = streak.report(cleared, symptom)
         index.reported = [s for s in said if s.active]
         return said
+
+    @staticmethod
+    def _top_share(shares: np.ndarray, few: np.ndarray) -> np.ndarray:
+        """Share of each group's traffic on its ``few`` busiest members."""
+        ranked = -np.sort(-shares, axis=1)
+        taken = np.arange(shares.shape[1])[None, :] < few[:, None]
+        return np.where(taken, ranked, 0.0).sum(axis=1)
 
     def _group_index(self, frame: RateFrame, groups: list[EcmpGroup]) -> _GroupIndex:
         """Row numbers of each group's members in this device's port list, padded to a matrix."""

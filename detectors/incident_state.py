@@ -28,6 +28,8 @@ class Incident:
     collectives: list[str] = field(default_factory=list)
     evidence: dict[str, float | int | str] = field(default_factory=dict)
     summary: str = ""
+    hint: str = ""
+    """What to do, where it is not the kind's usual remedy (``describe.HINTS``)."""
     quiet_since_ns: int | None = None
     interval_ns: int = NS
 

@@ -105,10 +105,14 @@ class Correlator:
         poll: within a poll, the devices' snapshots arrive in any order, and a port paused by a
         switch whose own paused port is not in yet would name that switch as root. Once its
         symptom is in, the port re-homes and the false root never fires. A NIC root, the common
-        case, fires at once. So does a learned outlier, unless all it shows is retransmissions: those
+        case, fires at once, and so does a switch port that stalled unpaused (its own symptom). So
+        does a learned outlier, unless all it shows is retransmissions: those
         wait a poll for the lossy link they may echo."""
         if group.kind == "pfc_storm":
-            waits = not self.fabric.is_nic(group.root.device)
+            # A root that shows its own side (a NIC, or a switch's stalled egress: pfc_pausing) is
+            # proven; only a walk that stopped at a switch may be waiting for that switch's port.
+            proven = any(m.kind == "pfc_pausing" for m in group.members)
+            waits = not self.fabric.is_nic(group.root.device) and not proven
         else:
             # Retransmissions alone may be a lossy link's echo whose source has not reported yet.
             waits = (
@@ -134,6 +138,7 @@ class Correlator:
     def _group(self) -> dict[str, Group]:
         groups: dict[str, Group] = {}
         storming = {(k[1], k[2]) for k in self._active if k[0] == "pfc_storm"}
+        pausing = {(k[1], k[2]) for k in self._active if k[0] == "pfc_pausing"}
         paused_devices = {d for d, _ in storming}
         explained = {
             d for i in self._incidents.values() if i.kind != "outlier" for d in (*i.devices, i.root.device)
@@ -141,7 +146,7 @@ class Correlator:
         for key, seen in self._active.items():
             sym = seen.symptom
             if key[0] == "pfc_storm":
-                kind, root = "pfc_storm", self._storm_membership(key, sym, storming, paused_devices)
+                kind, root = "pfc_storm", self._storm_membership(key, sym, storming, pausing, paused_devices)
             elif key[0] == "pfc_pausing":
                 kind, root = "pfc_storm", RootCause(sym.device, sym.port, sym.priority)
             elif key[0] == "incast":
@@ -199,14 +204,22 @@ class Correlator:
         return lossy[peers[0]] if peers else None
 
     def _storm_membership(
-        self, key: SymptomKey, sym: Symptom, storming: set[tuple[str, str]], paused_devices: set[str]
+        self,
+        key: SymptomKey,
+        sym: Symptom,
+        storming: set[tuple[str, str]],
+        pausing: set[tuple[str, str]],
+        paused_devices: set[str],
     ) -> RootCause:
         """The root a paused port belongs to. Membership is sticky: when the root recovers first,
         the ports it paused unwind hop by hop and, cut off from it, would each look like a root of
-        its own. A port re-homes only when its incident's root turns out to be paused itself."""
+        its own. A port re-homes only when its incident's root turns out to be paused itself, or
+        its root switch turns out to have a stalled egress port (the pauses began there)."""
         root = self._storm_roots.get(key)
-        if root is None or root.device in paused_devices:
-            root = self._storm_roots[key] = self._join_open_storm(self.roots.storm_root(sym, storming))
+        stalled_there = root is not None and any(d == root.device and p != root.port for d, p in pausing)
+        if root is None or root.device in paused_devices or stalled_there:
+            found = self.roots.storm_root(sym, storming, pausing)
+            root = self._storm_roots[key] = self._join_open_storm(found)
         return root
 
     def _join_open_storm(self, root: RootCause) -> RootCause:
@@ -266,7 +279,7 @@ class Correlator:
             end_ns=end_ns,
             root=incident.root,
             summary=incident.summary,
-            hint=HINTS[incident.kind],
+            hint=incident.hint or HINTS[incident.kind],
             devices=sorted(incident.devices),
             hosts=sorted(incident.hosts),
             jobs=list(incident.jobs),

@@ -92,6 +92,66 @@ def _by_priority(frame: RateFrame, name: str, wanted: np.ndarray) -> np.ndarray:
     return np.full((len(frame.ports), wanted.size), np.nan) if found is None else found
 
 
+class StalledEgress:
+    """The root's side of a storm rooted at a switch: an egress queue that holds data and transmits
+    nothing without being paused (a deadlock, or a switch whose egress stopped draining), while the
+    switch pauses its own ingress ports, since what they bring has nowhere to go. Nothing downstream
+    asks it to stop, so it is where the pauses begin: its ports' storms walk to it.
+
+    Reported as ``pfc_pausing`` after ``detection_time``, like the NIC's side of a storm; restored
+    after ``restoration_time`` of the queue draining or empty. A switch without a depth gauge shows
+    the queue by its watermark (peak since the last read: a stuck queue's data never leaves).
+    Unknown pause counters never make a port "not paused".
+    """
+
+    def __init__(self, config: PfcStormConfig) -> None:
+        self.config = config
+        self._stall = StreakTable()
+        self._flowing = StreakTable()
+
+    def update(self, frame: RateFrame, line_Bps: np.ndarray) -> list[Symptom]:
+        rx_frames, prios = frame.indexed("rx_pfc_frames")
+        tx_pfc = frame.aligned("tx_pfc_frames", prios)
+        queue_tx = frame.aligned("queue_tx_bytes", prios)
+        if prios.size == 0 or tx_pfc is None or queue_tx is None:
+            return []
+        cfg = self.config
+        held = frame.aligned("queue_occupancy_bytes", prios)
+        if held is None:
+            held = frame.aligned("queue_watermark_bytes", prios)
+        if held is None:
+            return []
+        paused_frac = _by_priority(frame, "rx_pfc_duration_us", prios) / _US_PER_S
+        not_paused = (rx_frames == 0) & ~(paused_frac >= cfg.paused_fraction)
+        silent = queue_tx < cfg.idle_tx_fraction * line_Bps[:, None]
+        pausing_ingress = (tx_pfc > 0).any(axis=0)[None, :]
+        stalled = (held > 0) & silent & not_paused & pausing_ingress
+        known = ~(np.isnan(queue_tx) | np.isnan(held) | np.isnan(rx_frames))
+
+        stall = self._stall.get(frame.device, stalled.shape)
+        flowing = self._flowing.get(frame.device, stalled.shape)
+        stall.step(stalled, frame.ts_ns, frame.dt_s, known=known)
+        if not stall.running and not stall.any_active:
+            return []
+        flowing.step(~silent | ~(held > 0), frame.ts_ns, frame.dt_s, known=known)
+        stall.start(stall.seconds >= cfg.detection_time_s)
+        cleared = stall.stop(flowing.seconds >= cfg.restoration_time_s)
+
+        def proof(p: int, q: int) -> dict[str, float | int | str]:
+            return evidence(
+                queue_bytes=held[p, q],
+                queue_tx_utilisation=queue_tx[p, q] / line_Bps[p],
+                ingress_ports_paused=int((tx_pfc[:, q] > 0).sum()),
+            )
+
+        return stall.report(
+            cleared,
+            lambda i, active: cell_symptom(
+                "pfc_pausing", frame, stalled.shape, i, prios, stall.since_ns, active, proof
+            ),
+        )
+
+
 class NicPauseStorm:
     """The root's side of a storm: a NIC that keeps pausing its switch port.
 

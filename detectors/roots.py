@@ -35,8 +35,16 @@ class Roots:
         )
         return RootCause(first.device, first.port, first.priority)
 
-    def storm_root(self, sym: Symptom, storming: set[tuple[str, str]]) -> RootCause:
+    def storm_root(
+        self, sym: Symptom, storming: set[tuple[str, str]], pausing: set[tuple[str, str]] = frozenset()
+    ) -> RootCause:
+        """Where the walk ends; on a switch that has a port stalled without being paused (its
+        ``pfc_pausing``), that port: the walk arrives through the ingress port the switch paused,
+        but the pauses began at the egress that stopped draining."""
         (device, port), _ = self.walk_to_root(sym.device, sym.port, storming)
+        stalled = sorted(p for d, p in pausing if d == device)
+        if stalled and (device, port) not in pausing:
+            port = stalled[0]
         return RootCause(device, port, sym.priority)
 
     def walk_to_root(

@@ -9,7 +9,7 @@ from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.incast import IncastDetector
 from fabricwatch.detectors.nic_congestion import NicCongestion
 from fabricwatch.detectors.outliers import OutlierStage
-from fabricwatch.detectors.pfc_storm import NicPauseStorm, PfcWatchdog
+from fabricwatch.detectors.pfc_storm import NicPauseStorm, PfcWatchdog, StalledEgress
 from fabricwatch.detectors.rates import RateEngine, RateFrame
 from fabricwatch.schemas.messages import Snapshot, Symptom, Topology
 
@@ -21,6 +21,7 @@ class Stage1:
         self.fabric = FabricMap(None, self.config.default_link_gbps)
         self._pfc = PfcWatchdog(self.config.pfc_storm)
         self._nic_pause = NicPauseStorm(self.config.pfc_storm)
+        self._stalled = StalledEgress(self.config.pfc_storm)
         self._incast = IncastDetector(self.config.incast)
         self._ecmp = EcmpDetector(self.config.ecmp)
         self._nic = NicCongestion()
@@ -36,6 +37,7 @@ class Stage1:
             return None, []
         symptoms = self._pfc.update(frame, line)
         if frame.device_kind == "switch":
+            symptoms += self._stalled.update(frame, line)
             symptoms += self._incast.update(
                 frame,
                 line,

@@ -153,7 +153,8 @@ def _print_rules(th: Thresholds, out: TextIO) -> None:
     print(
         f"\nthresholds: precision >= {th.precision}, recall >= {th.recall}, localisation >= "
         f"{th.localisation}; delay <= pfc_storm detection_time_s + 1 poll, incast {th.incast_delay_polls:g} "
-        f"polls, ecmp_collapse {th.ecmp_delay_polls:g} polls, each + 1 poll per missing snapshot of the "
+        f"polls, ecmp_collapse {th.ecmp_delay_polls:g} polls (below saturation + polarised_persist_s), "
+        f"each + 1 poll per missing snapshot of the "
         f"root's device; <= {th.false_alerts_per_hour:g} false alert per benign hour\nrule: {GATING_RULE}",
         file=out,
     )

@@ -61,12 +61,17 @@ class Thresholds:
     ecmp_delay_polls: float = 5.0
     false_alerts_per_hour: float = 1.0
 
-    def delay_bound_s(self, kind: str, poll_s: float, config: DetectorConfig) -> float | None:
-        """PFC storm: SONiC watchdog latency (detection time plus one poll); others in polls."""
+    def delay_bound_s(
+        self, kind: str, poll_s: float, config: DetectorConfig, severity: str = ""
+    ) -> float | None:
+        """PFC storm: SONiC watchdog latency (detection time plus one poll); others in polls. A
+        collapse below saturation (a warning) is reported once it has lasted polarised_persist_s."""
         if kind == "pfc_storm":
             return config.pfc_storm.detection_time_s + poll_s
         if kind == "incast":
             return self.incast_delay_polls * poll_s
+        if kind == "ecmp_collapse" and severity == "warning":
+            return config.ecmp.polarised_persist_s + self.ecmp_delay_polls * poll_s
         if kind == "ecmp_collapse":
             return self.ecmp_delay_polls * poll_s
         return None
@@ -399,7 +404,9 @@ def _run_one(job: _Job) -> ScenarioResult:
         benign_only=not faults,
         wall_s=replayed.wall_s,
         kinds=score.kind_counts(labels),
-        labels=[score.label(lb, thresholds.delay_bound_s(lb.kind, poll_s, config)) for lb in faults],
+        labels=[
+            score.label(lb, thresholds.delay_bound_s(lb.kind, poll_s, config, lb.severity)) for lb in faults
+        ],
         false_alerts=score.false_alerts(faults),
     )
 

@@ -357,6 +357,9 @@ class Label(msgspec.Struct, tag="label", tag_field="type", omit_defaults=True):
     root: RootCause
     jobs: list[str] = msgspec.field(default_factory=list)
     note: str = ""
+    severity: Literal["", "warning", "critical"] = ""
+    """The severity the fault deserves where it is not the kind's usual one: an ECMP collapse
+    below saturation is a ``warning`` (found later, after it has lasted)."""
     v: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:

@@ -407,8 +407,8 @@ def test_switches_can_omit_counters_they_do_not_export(tmp_path: Path) -> None:
         ),
         ("duration: 10\njobs: [{name: a, hosts: [h001, h1000]}]", "jobs[0].hosts[1]: unknown host 'h1000'"),
         (
-            "duration: 10\nfaults: [{kind: ecmp_collapse, leaf: leaf01, load: 0.05, start: 1, duration: 2}]",
-            "faults[0].load: offers 10% of the uplink group's capacity",
+            "duration: 10\nfaults: [{kind: ecmp_collapse, leaf: leaf01, load: 0.02, start: 1, duration: 2}]",
+            "faults[0].load: puts 16% of line rate on the members it uses",
         ),
         ("duration: 10\nstart_time: yesterday", "start_time: not an ISO 8601 time"),
         ("duration: [", "not valid YAML"),

@@ -12,7 +12,9 @@ Simplifications, each chosen because detectors only see counters at poll resolut
   PFC XOFF threshold, higher the more it is overloaded; beyond ``dcqcn_overload_limit`` DCQCN cannot
   hold it and PFC pauses the ingress ports feeding it for the share of time the excess needs.
 - A stalled NIC (PFC storm) pauses its leaf port all the time; each hop the pause tree grows by the
-  ingress links carrying traffic into a paused link, and anything crossing a paused link stops.
+  ingress links carrying traffic into a paused link, and anything crossing a paused link stops. A
+  stalled switch egress (a deadlock) grows the same tree from its own link, which holds its queue
+  and sends nothing without being paused.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ def solve(fabric: Fabric, flows: Flows, active: list[tuple[Condition, int]]) -> 
     loss = np.zeros(n_links + 1)
     demand = flows.demand.copy()
     paused = np.zeros(n_links + 1, dtype=bool)
+    unpaused_roots: list[int] = []  # stalled switch egresses: blocked, but nobody pauses them
     # -1 pads the paths; point it at an extra, idle link so gathers need no masks.
     paths = np.where(flows.paths < 0, n_links, flows.paths)
     for cond, stage in active:
@@ -75,6 +78,10 @@ def solve(fabric: Fabric, flows: Flows, active: list[tuple[Condition, int]]) -> 
         elif cond.kind == "stall":
             demand[flows.src == cond.nic] = 0.0
             paused[_pause_tree(paths, demand, int(fabric.nic_down[cond.nic]), stage)] = True
+        elif cond.kind == "switch_stall":
+            # The stuck queue fills in microseconds and pauses its feeders at once: hop 1 at start.
+            paused[_pause_tree(paths, demand, cond.links[0], stage + 1)] = True
+            unpaused_roots.append(cond.links[0])
 
     blocked = paused[paths].any(axis=1)
     live = np.where(blocked, 0.0, demand)
@@ -93,6 +100,7 @@ def solve(fabric: Fabric, flows: Flows, active: list[tuple[Condition, int]]) -> 
 
     pause = _feeders_pause(paths, live, congestion_pause, n_links)
     pause[paused[:-1]] = 1.0
+    pause[unpaused_roots] = 0.0
     mark_p = np.where(
         switch_tx, _red(queue, spec.ecn_kmin_kb * 1024, spec.ecn_kmax_kb * 1024, spec.ecn_pmax), 0.0
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from fabricwatch.ingest.simulator import scenario as sc_mod
@@ -27,15 +28,18 @@ from fabricwatch.schemas.messages import Label, RootCause
 
 LOSSLESS_PRIORITY = 3
 STORM_HOPS = 4  # enough to cross a two-tier fabric: leaf, spine, far leaf, far NICs
+STALLS = ("stall", "switch_stall")
 
 
 @dataclass(frozen=True)
 class Condition:
     """A fault that changes the fabric itself between ``start`` and ``end`` (seconds).
 
-    ``kind`` is ``stall`` (NIC ``nic`` stops draining and pauses its leaf), ``loss`` (directed links
-    ``links`` drop ``amount`` of their packets) or ``slow`` (NIC ``nic`` runs at ``amount`` of its
-    line rate). A stall spreads one hop per ``step`` seconds, so its stage is the hop count reached.
+    ``kind`` is ``stall`` (NIC ``nic`` stops draining and pauses its leaf), ``switch_stall`` (the
+    switch egress feeding directed link ``links[0]`` stops draining, unpaused), ``loss`` (directed
+    links ``links`` drop ``amount`` of their packets) or ``slow`` (NIC ``nic`` runs at ``amount`` of
+    its line rate). A stall spreads one hop per ``step`` seconds, so its stage is the hop count
+    reached.
     """
 
     kind: str
@@ -49,12 +53,12 @@ class Condition:
     def stage_at(self, t: float) -> int | None:
         if not self.start <= t < self.end:
             return None
-        if self.kind != "stall":
+        if self.kind not in STALLS:
             return 0
         return min(int((t - self.start) / self.step), STORM_HOPS)
 
     def edges(self) -> list[float]:
-        hops = [self.start + h * self.step for h in range(1, STORM_HOPS + 1)] if self.kind == "stall" else []
+        hops = [self.start + h * self.step for h in range(1, STORM_HOPS + 1)] if self.kind in STALLS else []
         return [self.start, self.end, *(t for t in hops if t < self.end)]
 
 
@@ -95,6 +99,10 @@ class _Context:
     fabric: Fabric
     plan: FaultPlan
     jobs: list[ActivityRun]
+
+
+SATURATED = 0.9
+"""Utilisation from which a polarised uplink is saturated: its flows are held back."""
 
 
 def _label(
@@ -147,6 +155,22 @@ def _add_incast(c: _Context, f: sc_mod.Incast, i: int, job: str, end: float) -> 
     return _label(sc, "incast", f.start, end, _leaf_port_root(fabric, f.receiver), [job], note)
 
 
+def _add_switch_stall(c: _Context, f: sc_mod.SwitchStall, i: int, job: str, end: float) -> Label:
+    sc, fabric, plan = c.sc, c.fabric, c.plan
+    nic = fabric.host_nics(f.toward)[0]
+    link = int(fabric.nic_down[nic])
+    plan.conditions.append(Condition("switch_stall", f.start, end, links=(link,), step=f.propagation_delay))
+    root = _leaf_port_root(fabric, f.toward)
+    victims = sorted(
+        {a.job for a in c.jobs if a.phase and f.toward in a.phase.hosts and _overlaps(a, f.start, end)}
+    )
+    note = (
+        f"{root.device} {root.port} stops draining priority {LOSSLESS_PRIORITY} toward {f.toward}, unpaused; "
+        f"{root.device} pauses its feeders and pauses spread one hop per {f.propagation_delay}s"
+    )
+    return _label(sc, "pfc_storm", f.start, end, root, victims, note)
+
+
 def _add_burst(c: _Context, f: sc_mod.AbsorbedBurst, i: int, job: str, end: float) -> Label:
     sc, fabric, plan = c.sc, c.fabric, c.plan
     senders = select_hosts(fabric, f.senders, "spread", _next_host(fabric, f.receiver), (f.receiver,))
@@ -173,8 +197,13 @@ def _add_collapse(c: _Context, f: sc_mod.EcmpCollapse, i: int, job: str, end: fl
     flows = build_flows(fabric, pairs, f.load, f.qps, allowed)
     hosts = [*senders, *peers]
     plan.activities.append(make_activity(sc, job, f"fault{i}", "SendRecv", hosts, flows, f.start, end))
-    note = f"{len(senders)} long flows, {f.qps} QP each, polarised onto {f.members_used} uplink(s)"
-    return _label(sc, "ecmp_collapse", f.start, end, _group_root(fabric, leaf), [job], note)
+    hot = len(senders) * fabric.spec.nics_per_host * f.load / f.members_used  # links run at one speed
+    note = (
+        f"{len(senders)} long flows, {f.qps} QP each, polarised onto {f.members_used} uplink(s) "
+        f"at {min(hot, 1.0):.0%} of their line rate"
+    )
+    label = _label(sc, "ecmp_collapse", f.start, end, _group_root(fabric, leaf), [job], note)
+    return msgspec.structs.replace(label, severity="critical" if hot >= SATURATED else "warning")
 
 
 def _peer(fabric: Fabric, host: str, n: int) -> str:
@@ -235,6 +264,7 @@ def _next_host(fabric: Fabric, host: str) -> int:
 
 _ADDERS = {
     sc_mod.PfcStorm: _add_storm,
+    sc_mod.SwitchStall: _add_switch_stall,
     sc_mod.Incast: _add_incast,
     sc_mod.AbsorbedBurst: _add_burst,
     sc_mod.EcmpCollapse: _add_collapse,

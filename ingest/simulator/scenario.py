@@ -125,6 +125,15 @@ class PfcStorm(_Fault, tag="pfc_storm"):
     propagation_delay: float = 0.4
 
 
+class SwitchStall(_Fault, tag="switch_stall"):
+    """A leaf's egress queue toward ``toward`` (a host's first NIC) stops draining without being
+    paused (a deadlock, a stuck egress): the leaf pauses the ports feeding it, and the pauses
+    spread from there. The root is the leaf's port, not the NIC."""
+
+    toward: str
+    propagation_delay: float = 0.4
+
+
 class Incast(_Fault, tag="incast"):
     receiver: str
     senders: HostSelection
@@ -176,7 +185,17 @@ class NicSlowdown(_Fault, tag="nic_slowdown"):
     factor: float = 0.5
 
 
-Fault = PfcStorm | Incast | EcmpCollapse | BalancedAllReduce | AbsorbedBurst | Idle | LossyLink | NicSlowdown
+Fault = (
+    PfcStorm
+    | SwitchStall
+    | Incast
+    | EcmpCollapse
+    | BalancedAllReduce
+    | AbsorbedBurst
+    | Idle
+    | LossyLink
+    | NicSlowdown
+)
 
 
 class Scenario(_Strict):
@@ -471,6 +490,9 @@ def _check_faults(sc: Scenario, names: _Names, p: _Problems) -> None:
         if isinstance(fault, PfcStorm):
             p.require(names.host(fault.root) or names.nic(fault.root), f"{path}.root", _host(fault.root))
             p.require(fault.propagation_delay > 0, f"{path}.propagation_delay", "must be positive")
+        elif isinstance(fault, SwitchStall):
+            p.require(names.host(fault.toward), f"{path}.toward", _host(fault.toward))
+            p.require(fault.propagation_delay > 0, f"{path}.propagation_delay", "must be positive")
         elif isinstance(fault, Incast | AbsorbedBurst):
             p.require(names.host(fault.receiver), f"{path}.receiver", _host(fault.receiver))
             _check_hosts(fault.senders, f"{path}.senders", names, p, spare=1)
@@ -528,11 +550,12 @@ def _check_collapse(fault: EcmpCollapse, path: str, names: _Names, p: _Problems,
             p.require(on_leaf, f"{path}.hosts[{i}]", f"{h} is not on {fault.leaf}")
     n = f.hosts_per_leaf if fault.hosts is None else fault.hosts
     n = n if isinstance(n, int) else len(n)
-    share = n * f.nics_per_host * fault.load / group_size
+    hot = n * f.nics_per_host * fault.load / fault.members_used
     p.require(
-        share >= 0.3,
+        hot >= 0.25,
         f"{path}.load",
-        f"offers {share:.0%} of the uplink group's capacity; a collapse matters from 30%",
+        f"puts {hot:.0%} of line rate on the members it uses; a collapse matters from 25% (a warning "
+        "below saturation)",
     )
 
 

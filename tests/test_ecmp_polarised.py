@@ -1,0 +1,53 @@
+"""A collapse below saturation (issue 15, class 6).
+
+Found: a leaf's whole uplink traffic moved onto 1 of its 30 uplinks for 5 minutes at 43% of that
+uplink's line rate and nothing was raised: the detector asked for a saturated member. Now a group
+whose traffic stays polarised onto few members for ``polarised_persist_s`` is a warning; one flow
+bursting on one member for seconds, a trickle, and small groups stay quiet."""
+
+from __future__ import annotations
+
+from test_detectors import PORTS, T0, LINE_Bps, Switch, ecmp_topology, run
+
+from fabricwatch.detectors.fabric import FabricMap
+from fabricwatch.detectors.incidents import Correlator
+from fabricwatch.detectors.stage1 import Stage1
+
+UPLINKS = PORTS[2:6]
+
+
+def polarised(hot: float) -> dict:
+    return {
+        "tx_bytes": dict(zip(UPLINKS, [hot * LINE_Bps, 0.004 * LINE_Bps, 0.0, 0.003 * LINE_Bps], strict=True))
+    }
+
+
+def test_traffic_polarised_below_saturation_is_reported_once_it_has_lasted():
+    sw, stage = Switch("leaf0", PORTS), Stage1()
+    stage.set_topology(ecmp_topology(UPLINKS))
+    out = run(stage, [sw.poll(1.0)] + [sw.poll(1.0, **polarised(0.43)) for _ in range(31)])
+    first = next(i for i, symptoms in enumerate(out) if symptoms)
+    assert first == 30, "reported after polarised_persist_s (30 s) of polls, not before"
+    symptom = out[first][0]
+    assert symptom.group == "leaf0/uplinks" and symptom.evidence["top_share"] > 0.95
+    assert symptom.start_ns == T0 + 10**9  # the start of the first polarised interval
+
+    corr = Correlator(fabric=FabricMap(ecmp_topology(UPLINKS)))
+    corr.on_symptom(symptom)
+    (event,) = corr.tick(symptom.ts_ns)
+    assert (event.kind, event.severity) == ("ecmp_collapse", "warning")
+
+
+def test_bursts_a_trickle_and_a_two_member_group_stay_quiet():
+    sw, stage = Switch("leaf0", PORTS), Stage1()
+    stage.set_topology(ecmp_topology(UPLINKS))
+    bursts = []
+    for _ in range(6):  # one flow on one uplink for 4 s of every 10 s, for a minute
+        bursts += [sw.poll(1.0, **polarised(0.6)) for _ in range(4)] + [sw.poll(1.0) for _ in range(6)]
+    trickle = [sw.poll(1.0, **polarised(0.1)) for _ in range(40)]
+    assert not any(run(stage, [sw.poll(1.0), *bursts, *trickle]))
+
+    sw, stage = Switch("leaf0", PORTS), Stage1()
+    stage.set_topology(ecmp_topology(UPLINKS[:2]))
+    two = {"tx_bytes": {UPLINKS[0]: 0.5 * LINE_Bps}}
+    assert not any(run(stage, [sw.poll(1.0)] + [sw.poll(1.0, **two) for _ in range(40)]))
