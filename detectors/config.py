@@ -58,6 +58,9 @@ class PfcStormConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     restoration_time_s: float = 0.2
     paused_fraction: float = 0.99
     idle_tx_fraction: float = 0.01
+    stalled_queue_bytes: float = 150_000.0
+    """A switch egress that stalled unpaused fills its queue to the PFC threshold; a few packets
+    left on a barely used queue are not that (the default ECN Kmin: past where marking begins)."""
 
 
 class IncastConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

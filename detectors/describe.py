@@ -87,9 +87,8 @@ class Describer:
                 s.kind == "pfc_pausing" and (s.device, s.port) == (root.device, root.port) for s in members
             )
         )
-        host = (stalled and self.fabric.host_behind(root.device, root.port)) or self.fabric.host_of(
-            root.device
-        )
+        behind = self.fabric.host_behind(root.device, root.port) if stalled else None
+        host = behind or self.fabric.host_of(root.device)
         if stalled:
             incident.evidence["stalled_egress"] = 1
             incident.hint = STALLED_EGRESS_HINT
@@ -101,7 +100,9 @@ class Describer:
         incident.evidence.update(self._pause_tree(paused))
         self.jobs.attach(incident, {host}, incident.start_ns)
         job = f"; job {', '.join(incident.jobs)}" if incident.jobs else ""
-        where = f"toward host {host}; its egress stalled unpaused" if stalled else f"host {host}"
+        where = f"host {host}"
+        if stalled:
+            where = f"{f'toward host {behind}; ' if behind else ''}its egress stalled unpaused"
         incident.summary = (
             f"PFC storm on priority {root.priority} rooted at {root.device} port {root.port} "
             f"({where}): {incident.evidence['paused_ports']} ports paused on "

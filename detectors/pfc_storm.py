@@ -125,15 +125,20 @@ class StalledEgress:
         not_paused = (rx_frames == 0) & ~(paused_frac >= cfg.paused_fraction)
         silent = queue_tx < cfg.idle_tx_fraction * line_Bps[:, None]
         pausing_ingress = (tx_pfc > 0).any(axis=0)[None, :]
-        stalled = (held > 0) & silent & not_paused & pausing_ingress
+        full = held >= cfg.stalled_queue_bytes
+        stall = self._stall.get(frame.device, full.shape)
+        flowing = self._flowing.get(frame.device, full.shape)
+        sent = np.clip(np.nan_to_num(queue_tx / line_Bps[:, None]), 0.0, 1.0)
+        # The poll in which it stopped counts for the share of it spent stopped (as the NIC's
+        # pause time does), when that is most of it: a port still sending half its line rate
+        # is a busy queue (an incast pausing its feeders), not a stopped one.
+        began = full & not_paused & pausing_ingress & (sent < 0.5) & (stall.polls == 0)
+        stalled = (full & silent & not_paused & pausing_ingress) | began
         known = ~(np.isnan(queue_tx) | np.isnan(held) | np.isnan(rx_frames))
-
-        stall = self._stall.get(frame.device, stalled.shape)
-        flowing = self._flowing.get(frame.device, stalled.shape)
-        stall.step(stalled, frame.ts_ns, frame.dt_s, known=known)
+        stall.step(stalled, frame.ts_ns, frame.dt_s, held_s=(1.0 - sent) * frame.dt_s, known=known)
         if not stall.running and not stall.any_active:
             return []
-        flowing.step(~silent | ~(held > 0), frame.ts_ns, frame.dt_s, known=known)
+        flowing.step(~silent | ~full, frame.ts_ns, frame.dt_s, known=known)
         stall.start(stall.seconds >= cfg.detection_time_s)
         cleared = stall.stop(flowing.seconds >= cfg.restoration_time_s)
 
