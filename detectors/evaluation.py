@@ -3,8 +3,10 @@
 An incident matches a label of its kind when their time spans overlap (with a grace of two polls
 either side for counters that lag by up to a poll). Each label credits one incident, the one with
 the right root if any, else the earliest; other incidents on the same fault are duplicates and count
-against precision, which measures the "one incident per root cause" promise. An incident that
-overlaps no label is a false alert; benign look-alike labels never match anything.
+against precision, which measures the "one incident per root cause" promise. Where two faults of a
+kind run at once, an incident at one's root is not evidence for the other (two faults merged into
+one incident find one of them), and a label's delay is its own root's incident's when it has one.
+An incident that overlaps no label is a false alert; benign look-alike labels never match anything.
 """
 
 from __future__ import annotations
@@ -129,21 +131,27 @@ def evaluate(anomalies: list[Anomaly], labels: list[Label], poll_s: float, durat
     for lb in faults:
         score = kinds.setdefault(lb.kind, KindScore(kind=lb.kind))
         score.labels += 1
+        spanning = [i for i, inc in enumerate(incidents) if inc.kind == lb.kind and _overlaps(inc, lb, grace)]
+        overlapping.update(spanning)
+        # An incident at the root of another fault of this kind running at the same time is that
+        # fault's: two faults merged into one incident must not both count as found.
+        others = [o for o in faults if o is not lb and o.kind == lb.kind and not _same_root(o.root, lb.root)]
         hits = [
             i
-            for i, inc in enumerate(incidents)
-            if inc.kind == lb.kind and inc.start_ns <= lb.end_ns + grace and inc.end_ns >= lb.start_ns - grace
+            for i in spanning
+            if _same_root(incidents[i].root, lb.root)
+            or not any(
+                _same_root(incidents[i].root, o.root) and _overlaps(incidents[i], o, grace) for o in others
+            )
         ]
-        overlapping.update(hits)
         if not hits:
             continue
-        best = min(
-            hits, key=lambda i: (not _same_root(incidents[i].root, lb.root), incidents[i].first_alert_ns)
-        )
+        at_root = [i for i in hits if _same_root(incidents[i].root, lb.root)]
+        best = min(at_root or hits, key=lambda i: incidents[i].first_alert_ns)
         credited.add(best)
         score.detected += 1
-        score.localised += _same_root(incidents[best].root, lb.root)
-        first = min(incidents[i].first_alert_ns for i in hits)
+        score.localised += bool(at_root)
+        first = min(incidents[i].first_alert_ns for i in at_root or hits)
         score.delays_s.append(max(0.0, (first - lb.start_ns) / _NS))
     for i, inc in enumerate(incidents):
         score = kinds.setdefault(inc.kind, KindScore(kind=inc.kind))
@@ -152,6 +160,10 @@ def evaluate(anomalies: list[Anomaly], labels: list[Label], poll_s: float, durat
         score.duplicates += i in overlapping and i not in credited
     false_alerts = len(incidents) - len(overlapping)
     return Evaluation(kinds, false_alerts, duration_s / 3600)
+
+
+def _overlaps(inc: Incident, lb: Label, grace: int) -> bool:
+    return inc.start_ns <= lb.end_ns + grace and inc.end_ns >= lb.start_ns - grace
 
 
 def _same_root(found: RootCause, truth: RootCause) -> bool:

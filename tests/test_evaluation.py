@@ -41,3 +41,22 @@ def test_wrong_root_is_detected_but_not_localised_and_benign_labels_match_nothin
     s = ev.kinds["incast"]
     assert s.recall == 1.0 and s.localisation == 0.0
     assert ev.false_alerts == 1
+
+
+def test_two_faults_at_once_merged_into_one_incident_find_only_one():
+    """Two incasts at once, reported as one incident at the first's root: the second is missed,
+    not found through its neighbour's incident; each found fault's delay is its own incident's."""
+    other = RootCause("leaf1", "Ethernet0", 3)
+    labels = [Label("incast", 10 * S, 30 * S, ROOT), Label("incast", 14 * S, 30 * S, other)]
+    merged = [event("a", "firing", 11 * S, 10 * S), event("a", "resolved", 31 * S, 10 * S)]
+    s = evaluate(merged, labels, poll_s=1.0, duration_s=3600).kinds["incast"]
+    assert (s.detected, s.recall) == (1, 0.5)
+
+    both = [
+        *merged,
+        event("b", "firing", 16 * S, 15 * S, other),
+        event("b", "resolved", 31 * S, 15 * S, other),
+    ]
+    s = evaluate(both, labels, poll_s=1.0, duration_s=3600).kinds["incast"]
+    assert (s.detected, s.localised, s.duplicates) == (2, 2, 0)
+    assert s.delays_s == [1.0, 2.0], "the second fault's delay is its own incident's, not its neighbour's"
