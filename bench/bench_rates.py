@@ -2,7 +2,9 @@
 
 Feeds pre-encoded snapshots (what arrives from Kafka or a trace) of a 64-port switch and of a NIC
 through schemas.messages.decode and the RateEngine, for many devices in turn as a stage-1 worker
-would see them. Also reports the full stage-1 (rates + detectors) on the same input.
+would see them. Also reports the full stage-1 (rates + detectors) on the same input, one snapshot
+at a time (``decode_stage1``) and in batches as the workers run it (``stage1_nic_batch``,
+``stage1_switch_batch``: decode included).
 
     python bench/bench_rates.py [--seconds 5]
 """
@@ -19,6 +21,7 @@ import numpy as np
 from fabricwatch.detectors.rates import RateEngine
 from fabricwatch.detectors.stage1 import Stage1
 from fabricwatch.schemas.messages import CounterSpec, Snapshot, decode, encode
+from fabricwatch.streams.stages import STAGE1_CHUNK_VALUES
 
 T0 = 1_800_000_000_000_000_000
 
@@ -121,9 +124,39 @@ def measure(label: str, messages: list[bytes], values_per_msg: int, seconds: flo
     }
 
 
+def measure_batch(label: str, messages: list[bytes], seconds: float, batch: int) -> dict:
+    """Stage 1 as a worker runs it: decode the messages of a batch, and ``process_batch`` them
+    whenever STAGE1_CHUNK_VALUES counter values are waiting."""
+    runs, elapsed = 0, 0.0
+    while elapsed < seconds:
+        stage = Stage1()
+        start = time.perf_counter()
+        for i in range(0, len(messages), batch):
+            pending: list[Snapshot] = []
+            values = 0
+            for m in messages[i : i + batch]:
+                snap = decode(m, Snapshot)
+                pending.append(snap)
+                values += len(snap.values) * len(snap.counters)
+                if values >= STAGE1_CHUNK_VALUES:
+                    stage.process_batch(pending)
+                    pending, values = [], 0
+            stage.process_batch(pending)
+        elapsed += time.perf_counter() - start
+        runs += 1
+    n = runs * len(messages)
+    return {
+        "bench": f"stage1_{label}_batch",
+        "batch": batch,
+        "snapshots_per_s": round(n / elapsed),
+        "us_per_snapshot": round(elapsed / n * 1e6, 1),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--batch", type=int, default=1000, help="snapshots per stage-1 batch (a worker's)")
     args = parser.parse_args()
     sw, nic = switch_counters(), nic_counters()
     cases = [
@@ -133,6 +166,8 @@ def main() -> None:
     for label, msgs, per in cases:
         for stage1 in (False, True):
             print(json.dumps(measure(label, msgs, per, args.seconds, stage1)), flush=True)
+        short = "switch" if label.startswith("switch") else label
+        print(json.dumps(measure_batch(short, msgs, args.seconds, args.batch)), flush=True)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,13 @@ _SIGNALS = (
 
 
 class NicCongestion:
+    SIGNALS = frozenset(name for _, names in _SIGNALS for name in names)
+
     def __init__(self) -> None:
         self._streaks = StreakTable()
+
+    def open(self, device: str) -> bool:
+        return self._streaks.open(device)
 
     def update(self, frame: RateFrame) -> list[Symptom]:
         if frame.device_kind != "nic":

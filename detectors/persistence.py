@@ -99,6 +99,12 @@ class StreakTable:
     def __init__(self) -> None:
         self._streaks: dict[str, Streak] = {}
 
+    def open(self, device: str) -> bool:
+        """Whether a streak of this device is running or reported: its next step matters even
+        on a poll where nothing holds."""
+        streak = self._streaks.get(device)
+        return streak is not None and (streak.running or streak.any_active)
+
     def get(self, device: str, shape: tuple[int, ...]) -> Streak:
         streak = self._streaks.get(device)
         if streak is None or streak.polls.shape != shape:

@@ -27,10 +27,17 @@ _US_PER_S = 1e6
 
 
 class PfcWatchdog:
+    SIGNALS = frozenset({"rx_pfc_frames", "rx_pfc_duration_us"})
+    """Counters without which (none above zero) a device's poll cannot start a storm."""
+
     def __init__(self, config: PfcStormConfig) -> None:
         self.config = config
         self._storm = StreakTable()
         self._quiet = StreakTable()
+
+    def open(self, device: str) -> bool:
+        """Whether the device has a storm running or reported (its next poll matters regardless)."""
+        return self._storm.open(device)
 
     def update(self, frame: RateFrame, line_Bps: np.ndarray) -> list[Symptom]:
         rx_frames, prios = frame.indexed("rx_pfc_frames")
@@ -169,10 +176,15 @@ class NicPauseStorm:
     Restored like the watchdog: after ``restoration_time`` without pausing.
     """
 
+    SIGNALS = frozenset({"tx_pfc_duration_us", "pause_storm_warning_events"})
+
     def __init__(self, config: PfcStormConfig) -> None:
         self.config = config
         self._storm = StreakTable()
         self._quiet = StreakTable()
+
+    def open(self, device: str) -> bool:
+        return self._storm.open(device)
 
     def update(self, frame: RateFrame) -> list[Symptom]:
         pause_us, prios = frame.indexed("tx_pfc_duration_us")

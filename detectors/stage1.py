@@ -1,7 +1,16 @@
 """Stage 1: one device's snapshots in, its rates and symptoms out. Scales with the number of devices:
-everything here is keyed by device, so any partitioning of devices across workers is valid."""
+everything here is keyed by device, so any partitioning of devices across workers is valid.
+
+``process_batch`` is the workers' path: rates for a batch in stacked numpy passes, and the NIC
+detectors skipped for a NIC whose poll shows none of their signals (no pause, ECN mark or CNP
+above zero) while none of its streaks is open, since for such a poll they change nothing and say
+nothing. A fabric has ten NIC snapshots for every switch one, and nearly all are quiet."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
 
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.ecmp import EcmpDetector
@@ -12,6 +21,8 @@ from fabricwatch.detectors.outliers import OutlierStage
 from fabricwatch.detectors.pfc_storm import NicPauseStorm, PfcWatchdog, StalledEgress
 from fabricwatch.detectors.rates import RateEngine, RateFrame
 from fabricwatch.schemas.messages import Snapshot, Symptom, Topology
+
+_NIC_SIGNALS = PfcWatchdog.SIGNALS | NicPauseStorm.SIGNALS | NicCongestion.SIGNALS
 
 
 class Stage1:
@@ -26,6 +37,8 @@ class Stage1:
         self._ecmp = EcmpDetector(self.config.ecmp)
         self._nic = NicCongestion()
         self._outliers = outliers
+        self._open_nics: set[str] = set()
+        """NICs with a streak open in a NIC detector: their every poll goes to the detectors."""
 
     def set_topology(self, topology: Topology) -> None:
         self.fabric = FabricMap(topology, self.config.default_link_gbps)
@@ -35,6 +48,29 @@ class Stage1:
         frame = self.rates.update(snap, known)
         if frame is None:
             return None, []
+        return frame, self._detect(frame, line)
+
+    def process_batch(self, snaps: Sequence[Snapshot]) -> list[tuple[RateFrame | None, list[Symptom]]]:
+        """``process`` of each snapshot in order, with the same results, at a fraction of the cost."""
+        speeds = [self.fabric.speeds(s.device, s.ports) for s in snaps]
+        frames = self.rates.update_batch(snaps, [known for _, known in speeds])
+        out: list[tuple[RateFrame | None, list[Symptom]]] = []
+        for frame, (line, _) in zip(frames, speeds, strict=True):
+            if frame is None:
+                out.append((None, []))
+            elif frame.device_kind == "nic" and self._outliers is None and self._quiet_nic(frame):
+                out.append((frame, []))
+            else:
+                out.append((frame, self._detect(frame, line)))
+        return out
+
+    def _quiet_nic(self, frame: RateFrame) -> bool:
+        if frame.device in self._open_nics:
+            return False
+        signals = frame.values[:, frame.layout.columns_of(_NIC_SIGNALS)]
+        return not bool((signals > 0).any())
+
+    def _detect(self, frame: RateFrame, line: np.ndarray) -> list[Symptom]:
         symptoms = self._pfc.update(frame, line)
         if frame.device_kind == "switch":
             symptoms += self._stalled.update(frame, line)
@@ -48,12 +84,20 @@ class Stage1:
         else:
             symptoms += self._nic_pause.update(frame)
             symptoms += self._nic.update(frame)
+            if (
+                self._pfc.open(frame.device)
+                or self._nic_pause.open(frame.device)
+                or self._nic.open(frame.device)
+            ):
+                self._open_nics.add(frame.device)
+            else:
+                self._open_nics.discard(frame.device)
         if self._outliers is not None:
             edge = (
                 self.fabric.host_facing(frame.device, frame.ports) if frame.device_kind == "switch" else None
             )
             symptoms += self._outliers.update(frame, line, edge)
-        return frame, symptoms
+        return symptoms
 
     def flush(self) -> list[Symptom]:
         """Symptoms the learned outlier detector held back for batch scoring; call once per tick."""
