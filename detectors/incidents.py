@@ -30,6 +30,9 @@ from fabricwatch.detectors.roots import Roots
 from fabricwatch.schemas.messages import Anomaly, Phase, RootCause, Symptom
 
 _LINK_ERRORS = frozenset({"symbol_errors", "rx_errors", "link_error_recovery", "link_downed"})
+_FIRST_INTERVAL_MAX_NS = 60 * NS
+"""A first symptom's interval is its streak's age so far, at most this (a restarted stage 2 meets
+streaks minutes old: their polls are not minutes apart)."""
 _RETRANSMISSIONS = frozenset(
     {"out_of_sequence", "packet_seq_err", "implied_nak_seq_err", "local_ack_timeout_err"}
 )
@@ -67,7 +70,12 @@ class Correlator:
             self._forget(key)
             return
         seen = self._active.get(key)
-        interval = symptom.ts_ns - seen.symptom.ts_ns if seen else NS
+        if seen is not None:
+            interval = symptom.ts_ns - seen.symptom.ts_ns
+        else:
+            # A first symptom spans at least the poll it was seen in: at 10 s polls, one second
+            # would expire it at once when its switch's clock runs a few seconds behind the rest.
+            interval = min(max(symptom.ts_ns - symptom.start_ns, NS), _FIRST_INTERVAL_MAX_NS)
         self._active[key] = Seen(symptom, max(interval, 1))
 
     def tick(self, now_ns: int) -> list[Anomaly]:
