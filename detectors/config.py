@@ -100,6 +100,10 @@ class EcmpConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """The hot member must carry real load: a trickle on one uplink is nothing to warn about."""
     polarised_persist_s: float = 30.0
     """Long enough that it is no single flow's burst (seconds, at any poll interval)."""
+    clear_polls: int = 2
+    """Polls in a row without skew that end a reported collapse: one noisy reading of a saturated
+    uplink (20% noise reads 1.0 as 0.8, under the 0.7 hold with a little more) must not end it and
+    start it again a few seconds later as a second incident."""
     max_unknown_polls: int = 4
     """Polls in a row a group's shares may be unknown (a member's rate missing, or the switch not
     refreshed yet) without breaking its streak or its report: an unknown poll is neither skewed

@@ -44,6 +44,7 @@ class EcmpDetector:
         self.config = config
         self._index: dict[tuple[str, tuple[str, ...], tuple[str, ...]], _GroupIndex] = {}
         self._streaks = StreakTable()
+        self._calm = StreakTable()
 
     def update(self, frame: RateFrame, groups: list[EcmpGroup], line_Bps: np.ndarray) -> list[Symptom]:
         tx = frame.port("tx_bytes")
@@ -99,7 +100,10 @@ class EcmpDetector:
         # collapse below saturation must last polarised_persist_s: it costs nothing yet.
         lasted = streak.seconds >= cfg.persist_polls * index.poll_s * (1 - 1e-6)
         streak.start((lasted & (saturated | holds)) | (streak.seconds >= cfg.polarised_persist_s))
-        cleared = streak.stop(~skewed)
+        calm = self._calm.get(frame.device, hot.shape)
+        if streak.running or streak.any_active:
+            calm.step(~skewed, frame.ts_ns, frame.dt_s)
+        cleared = streak.stop(~skewed & (calm.polls >= cfg.clear_polls))
 
         def symptom(g: int, active: bool) -> Symptom:
             members = index.groups[g].members

@@ -121,13 +121,24 @@ def incidents_of(anomalies: list[Anomaly]) -> list[Incident]:
     return done + list(open_.values())
 
 
-def evaluate(anomalies: list[Anomaly], labels: list[Label], poll_s: float, duration_s: float) -> Evaluation:
+def evaluate(
+    anomalies: list[Anomaly],
+    labels: list[Label],
+    poll_s: float,
+    duration_s: float,
+    context: list[Label] | None = None,
+) -> Evaluation:
+    """``context``: every label of the trace, where ``labels`` are some of them (one label scored
+    alone still knows which incidents belong to the faults beside it)."""
     incidents = incidents_of(anomalies)
     faults = [lb for lb in labels if lb.kind != "benign"]
+    beside = [lb for lb in (context if context is not None else labels) if lb.kind != "benign"]
     grace = int(2 * poll_s * _NS)
     kinds: dict[str, KindScore] = {}
     credited: set[int] = set()
     overlapping: set[int] = set()
+    claimed: set[int] = set()
+    """Incidents some label may take: not those at the root of another fault running beside it."""
     for lb in faults:
         score = kinds.setdefault(lb.kind, KindScore(kind=lb.kind))
         score.labels += 1
@@ -135,7 +146,7 @@ def evaluate(anomalies: list[Anomaly], labels: list[Label], poll_s: float, durat
         overlapping.update(spanning)
         # An incident at the root of another fault of this kind running at the same time is that
         # fault's: two faults merged into one incident must not both count as found.
-        others = [o for o in faults if o is not lb and o.kind == lb.kind and not _same_root(o.root, lb.root)]
+        others = [o for o in beside if o != lb and o.kind == lb.kind and not _same_root(o.root, lb.root)]
         hits = [
             i
             for i in spanning
@@ -144,6 +155,7 @@ def evaluate(anomalies: list[Anomaly], labels: list[Label], poll_s: float, durat
                 _same_root(incidents[i].root, o.root) and _overlaps(incidents[i], o, grace) for o in others
             )
         ]
+        claimed.update(hits)
         if not hits:
             continue
         at_root = [i for i in hits if _same_root(incidents[i].root, lb.root)]
@@ -157,7 +169,7 @@ def evaluate(anomalies: list[Anomaly], labels: list[Label], poll_s: float, durat
         score = kinds.setdefault(inc.kind, KindScore(kind=inc.kind))
         score.incidents += 1
         score.true_incidents += i in credited
-        score.duplicates += i in overlapping and i not in credited
+        score.duplicates += i in claimed and i not in credited
     false_alerts = len(incidents) - len(overlapping)
     return Evaluation(kinds, false_alerts, duration_s / 3600)
 

@@ -405,19 +405,31 @@ def _run_one(job: _Job) -> ScenarioResult:
         wall_s=replayed.wall_s,
         kinds=score.kind_counts(labels),
         labels=[
-            score.label(lb, thresholds.delay_bound_s(lb.kind, poll_s, config, lb.severity)) for lb in faults
+            score.label(lb, thresholds.delay_bound_s(lb.kind, poll_s, config, lb.severity), faults)
+            for lb in faults
         ],
         false_alerts=score.false_alerts(faults),
     )
 
 
 def _delivered(trace: Path) -> dict[str, np.ndarray]:
-    """Each device's snapshot delivery times in the trace, sorted (the payloads are not decoded)."""
+    """Each device's delivery times of new readings in the trace, sorted. A snapshot that repeats
+    its device's last values (a read between two refreshes of a switch's counters) brings nothing
+    new, so no detector can act on it: it counts as a poll not delivered. The payloads are not
+    decoded: a snapshot's values follow its timestamp, so equal bytes from ``"values":`` on are a
+    repeat."""
     times: dict[str, list[int]] = {}
+    last: dict[str, bytes] = {}
     with TraceReader(trace) as reader:
         for rec in reader:
-            if rec.topic == topics.COUNTERS and rec.key is not None:
-                times.setdefault(rec.key, []).append(rec.ts_ns)
+            if rec.topic != topics.COUNTERS or rec.key is None:
+                continue
+            payload = rec.value()
+            values = payload[payload.find(b'"values":') :]
+            if last.get(rec.key) == values:
+                continue
+            last[rec.key] = values
+            times.setdefault(rec.key, []).append(rec.ts_ns)
     return {device: np.sort(np.array(ts, dtype=np.int64)) for device, ts in times.items()}
 
 
@@ -460,9 +472,14 @@ class _Scorer:
     def kind_counts(self, labels: list[Label]) -> dict[str, Counts]:
         return {kind: s.counts() for kind, s in self._eval(self.anomalies, labels).kinds.items()}
 
-    def label(self, lb: Label, bound_s: float | None) -> LabelResult:
-        s = self._eval(self.anomalies, [lb]).kinds[lb.kind]
-        hits = [i for i in self.incidents if self._eval([_probe(i)], [lb]).kinds[lb.kind].detected]
+    def label(self, lb: Label, bound_s: float | None, labels: list[Label]) -> LabelResult:
+        """``lb`` scored alone, among the ``labels`` of its trace."""
+        s = evaluate(self.anomalies, [lb], self.poll_s, self.duration_s, labels).kinds[lb.kind]
+        hits = [
+            i
+            for i in self.incidents
+            if evaluate([_probe(i)], [lb], self.poll_s, self.duration_s, labels).kinds[lb.kind].detected
+        ]
         delay = s.delays_s[0] if s.delays_s else None
         missed = 0
         if bound_s is not None:

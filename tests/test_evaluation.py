@@ -60,3 +60,20 @@ def test_two_faults_at_once_merged_into_one_incident_find_only_one():
     s = evaluate(both, labels, poll_s=1.0, duration_s=3600).kinds["incast"]
     assert (s.detected, s.localised, s.duplicates) == (2, 2, 0)
     assert s.delays_s == [1.0, 2.0], "the second fault's delay is its own incident's, not its neighbour's"
+
+
+def test_a_label_scored_alone_knows_the_faults_beside_it():
+    """The per-label report scores one label at a time; the incident of a fault running beside it
+    is that fault's, not a duplicate of this one (it failed overlapping_1s_64h under seeds 3 and 5)."""
+    other = RootCause("leaf1", "Ethernet0", 3)
+    labels = [Label("incast", 10 * S, 30 * S, ROOT), Label("incast", 14 * S, 30 * S, other)]
+    both = [
+        event("a", "firing", 11 * S, 10 * S),
+        event("a", "resolved", 31 * S, 10 * S),
+        event("b", "firing", 16 * S, 15 * S, other),
+        event("b", "resolved", 31 * S, 15 * S, other),
+    ]
+    alone = evaluate(both, labels[1:], poll_s=1.0, duration_s=3600).kinds["incast"]
+    assert alone.duplicates == 1, "without the context, the first fault's incident looks like a duplicate"
+    among = evaluate(both, labels[1:], poll_s=1.0, duration_s=3600, context=labels).kinds["incast"]
+    assert (among.detected, among.localised, among.duplicates) == (1, 1, 0)
