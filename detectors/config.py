@@ -100,6 +100,10 @@ class EcmpConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """The hot member must carry real load: a trickle on one uplink is nothing to warn about."""
     polarised_persist_s: float = 30.0
     """Long enough that it is no single flow's burst (seconds, at any poll interval)."""
+    saturated_polls: int = 2
+    """Polls of a collapse's first ``persist_polls`` in which the hot member must be saturated: the
+    hysteresis (``hold_*``) keeps a reported collapse, it must not make one of a single saturated
+    poll (uneven hashing in a burst, at 100 ms polls, fired after 0.3 s)."""
     clear_polls: int = 2
     """Polls in a row without skew that end a reported collapse: one noisy reading of a saturated
     uplink (20% noise reads 1.0 as 0.8, under the 0.7 hold with a little more) must not end it and

@@ -37,6 +37,8 @@ class _GroupIndex:
     several)."""
     reported: list[Symptom] = field(default_factory=list)
     """The active reports of the last known poll, said again through unknown polls."""
+    saturated_polls: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Per group, polls of the current streak in which the hot member was saturated."""
 
 
 class EcmpDetector:
@@ -95,11 +97,17 @@ class EcmpDetector:
         skewed = saturated | polarised | (holds & ((streak.polls > 0) | streak.active))
 
         streak.step(skewed, frame.ts_ns, frame.dt_s)
+        if index.saturated_polls.shape != hot.shape:
+            index.saturated_polls = np.zeros(hot.shape, dtype=np.int64)
+        index.saturated_polls = np.where(skewed, index.saturated_polls + saturated, 0)
         # Persistence is time: persist_polls poll intervals, however many frames brought them (a
-        # frame after unknown polls spans several; with every frame one poll, this is polls). A
-        # collapse below saturation must last polarised_persist_s: it costs nothing yet.
+        # frame after unknown polls spans several; with every frame one poll, this is polls), with
+        # the hot member saturated in saturated_polls of them (one saturated poll of uneven hashing
+        # during a burst, held by hysteresis for two more, is no collapse). A collapse below
+        # saturation must last polarised_persist_s: it costs nothing yet.
         lasted = streak.seconds >= cfg.persist_polls * index.poll_s * (1 - 1e-6)
-        streak.start((lasted & (saturated | holds)) | (streak.seconds >= cfg.polarised_persist_s))
+        hot_enough = index.saturated_polls >= cfg.saturated_polls
+        streak.start((lasted & hot_enough) | (streak.seconds >= cfg.polarised_persist_s))
         calm = self._calm.get(frame.device, hot.shape)
         if streak.running or streak.any_active:
             calm.step(~skewed, frame.ts_ns, frame.dt_s)

@@ -164,7 +164,9 @@ class Stage1Worker:
 
     def _processed(self, snaps: list[Snapshot]) -> list[tuple[RateFrame | None, list[Symptom]] | Exception]:
         """Stage 1 of the batch in one call; should that fail (a bug, not bad input: snapshots are
-        checked when decoded), one snapshot at a time, so that only the one that fails is lost."""
+        checked when decoded), one snapshot at a time, so that the one that fails is set aside with
+        its reason. Snapshots the failed call had already folded into the rate state come back as
+        duplicates there: counted, and not processed twice."""
         try:
             return list(self.core.process_batch(snaps))
         except Exception:  # a worker never dies on input
