@@ -87,7 +87,10 @@ class EcmpDetector:
         few = np.maximum(1, (n * cfg.polarised_members).astype(int))
         top_share = self._top_share(shares, few)
         streak = self._streaks.get(frame.device, hot.shape)
-        saturated = (hot >= cfg.min_hot_utilisation) & (max_over_mean >= cfg.max_over_mean)
+        saturated = (
+            (hot >= cfg.min_hot_utilisation)
+            | ((hot >= cfg.hold_hot_utilisation) & self._queued(frame, index, util))
+        ) & (max_over_mean >= cfg.max_over_mean)
         polarised = (
             (n >= cfg.polarised_min_members)
             & (hot >= cfg.polarised_hot_utilisation)
@@ -138,6 +141,18 @@ class EcmpDetector:
         said = streak.report(cleared, symptom)
         index.reported = [s for s in said if s.active]
         return said
+
+    @staticmethod
+    def _queued(frame: RateFrame, index: _GroupIndex, util: np.ndarray) -> np.ndarray:
+        """Whether each group's hottest member ECN-marked packets this poll: its queue stood past
+        Kmin, which a port only builds while it sends at line rate. A noisy byte counter can read
+        a saturated uplink at 0.75 of line rate for polls on end (20% noise); its marks say what
+        the rate reading cannot."""
+        marks, _ = frame.indexed("queue_ecn_marked_packets")
+        if marks.size == 0:
+            return np.zeros(util.shape[0], dtype=bool)
+        hottest = index.rows[np.arange(util.shape[0]), util.argmax(axis=1)]
+        return np.nan_to_num(marks[hottest]).max(axis=1) > 0
 
     @staticmethod
     def _top_share(shares: np.ndarray, few: np.ndarray) -> np.ndarray:

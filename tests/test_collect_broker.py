@@ -128,7 +128,7 @@ def test_the_daemon_publishes_what_a_worker_turns_into_the_counters_rates(broker
     cnps = PORT_RATE_COLUMNS.index("cnp_received_pps")
     for record in rates.stop():
         msg = decode(record.value, PortRates)
-        assert 0.45 <= msg.dt_s <= 0.55
+        assert 0.4 <= msg.dt_s <= 0.6  # 0.5 s polls, as a loaded 2-core machine schedules them
         row = msg.matrix()[0]
         assert row[tx] == pytest.approx(TX_WORDS_PER_S * 4 * 8, rel=0.05), msg.device
         if msg.device == "gpu7/mlx5_0":
