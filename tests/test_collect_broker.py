@@ -17,6 +17,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 from nic_trees import lay_out
 from streaming import Collector
@@ -126,15 +127,23 @@ def test_the_daemon_publishes_what_a_worker_turns_into_the_counters_rates(broker
 
     tx, rx = PORT_RATE_COLUMNS.index("tx_bps"), PORT_RATE_COLUMNS.index("rx_bps")
     cnps = PORT_RATE_COLUMNS.index("cnp_received_pps")
+    # Each device's rates over the run, weighted by interval: the counters move in a thread of this
+    # process, which a loaded machine can hold back for a tenth of a second at one read and not the
+    # next, so one interval can be 15% off while the run's total is exact.
+    sent: dict[str, list[tuple[float, np.ndarray]]] = {}
     for record in rates.stop():
         msg = decode(record.value, PortRates)
         assert 0.4 <= msg.dt_s <= 0.6  # 0.5 s polls, as a loaded 2-core machine schedules them
-        row = msg.matrix()[0]
-        assert row[tx] == pytest.approx(TX_WORDS_PER_S * 4 * 8, rel=0.05), msg.device
-        if msg.device == "gpu7/mlx5_0":
-            assert row[rx] == pytest.approx(RX_WORDS_PER_S * 4 * 8, rel=0.05)
-        if msg.device == "gpu7/rocep24s0f0":  # Intel E810: its congestion counters read by irdma's map
-            assert row[cnps] == pytest.approx(CNPS_PER_S, rel=0.05)
+        sent.setdefault(msg.device, []).append((msg.dt_s, msg.matrix()[0]))
+    for device, rows in sent.items():
+        seconds = sum(dt for dt, _ in rows)
+        mean = sum(dt * row for dt, row in rows) / seconds
+        assert mean[tx] == pytest.approx(TX_WORDS_PER_S * 4 * 8, rel=0.05), device
+        assert all(row[tx] == pytest.approx(TX_WORDS_PER_S * 4 * 8, rel=0.35) for _, row in rows), device
+        if device == "gpu7/mlx5_0":
+            assert mean[rx] == pytest.approx(RX_WORDS_PER_S * 4 * 8, rel=0.05)
+        if device == "gpu7/rocep24s0f0":  # Intel E810: its congestion counters read by irdma's map
+            assert mean[cnps] == pytest.approx(CNPS_PER_S, rel=0.05)
 
 
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="Debian's prometheus is not installed")
