@@ -337,16 +337,11 @@ class RateEngine:
         delta *= layout.scale
         delta /= dt[:, None, None]
         rates = np.where(counting, delta, raw)
-        impossible = rates > layout.max_rate
         known_lines = [lines[k] for k in plain]
-        if any(line is not None for line in known_lines):
-            nports = raw.shape[1]
-            line = np.stack([np.full(nports, np.nan) if x is None else x for x in known_lines])
-            with np.errstate(invalid="ignore"):
-                impossible |= rates > line[:, :, None] * layout.per_line_byte * LINE_SLACK
-        if impossible.any():
-            self.stats.impossible += int(impossible.sum())
-            rates[impossible] = np.nan
+        line = None
+        if any(x is not None for x in known_lines):
+            line = np.stack([np.full(raw.shape[1], np.nan) if x is None else x for x in known_lines])
+        self._drop_impossible(layout, rates, line)
         n = int(plain.size)
         self.stats.snapshots += n
         self.stats.values += int(raw.size)
@@ -393,16 +388,21 @@ class RateEngine:
                 delta = self._count_from_zero(layout, cur, delta, went_down, reset)
         delta /= dt
         rates = np.where(layout.is_counter, delta, cur)
-        impossible = rates > layout.max_rate
-        if line_Bps is not None:
-            with np.errstate(invalid="ignore"):
-                impossible |= rates > line_Bps[:, None] * layout.per_line_byte * LINE_SLACK
-        if impossible.any():
-            self.stats.impossible += int(impossible.sum())
-            rates[impossible] = np.nan
+        self._drop_impossible(layout, rates, line_Bps)
         if valid is not None or prev.valid is not None:
             rates[~_known(layout, valid, prev.valid)] = np.nan
         return rates
+
+    def _drop_impossible(self, layout: Layout, rates: np.ndarray, line_Bps: np.ndarray | None) -> None:
+        """Rates past the vocabulary's bound, or past what the port's line can carry, are unknown
+        (and counted). ``line_Bps`` has the shape of ``rates`` without its counter axis."""
+        impossible = rates > layout.max_rate
+        if line_Bps is not None:
+            with np.errstate(invalid="ignore"):
+                impossible |= rates > line_Bps[..., None] * layout.per_line_byte * LINE_SLACK
+        if impossible.any():
+            self.stats.impossible += int(impossible.sum())
+            rates[impossible] = np.nan
 
     def _count_from_zero(
         self, layout: Layout, cur: np.ndarray, delta: np.ndarray, went_down: np.ndarray, reset: np.ndarray
