@@ -36,7 +36,7 @@ from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.local.broker import EmbeddedBroker
 from fabricwatch.local.workers import WorkerProcess
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import Anomaly, Symptom, decode
+from fabricwatch.schemas.messages import Anomaly, Symptom, SymptomBatch, decode
 from fabricwatch.schemas.trace import TraceReader
 from fabricwatch.streams.kafka_io import BrokerSettings, ensure_topics
 from fabricwatch.streams.traces import publish_trace
@@ -111,10 +111,11 @@ def latency(settings: BrokerSettings, scenario: Path, duration: int, load: float
         for records in watcher.poll(timeout_ms=200).values():
             for r in records:
                 msg = decode(r.value)
-                if isinstance(msg, Anomaly | Symptom):
-                    (anomaly_s if isinstance(msg, Anomaly) else symptom_s).append((r.timestamp, msg.ts_ns))
-                    if isinstance(msg, Anomaly):
-                        labels.append(f"{msg.kind} {msg.status}")
+                if isinstance(msg, Anomaly):
+                    anomaly_s.append((r.timestamp, msg.ts_ns))
+                    labels.append(f"{msg.kind} {msg.status}")
+                items = msg.items if isinstance(msg, SymptomBatch) else [msg]
+                symptom_s += [(r.timestamp, s.ts_ns) for s in items if isinstance(s, Symptom)]
         if quiet_until is None and not feeder.is_alive():
             quiet_until = time.time() + 5
     watcher.close()

@@ -15,12 +15,13 @@ report at all simply does not contribute.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from fabricwatch.detectors.rates import Layout, RateFrame
-from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, PortRates
+from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, PortRates, RatesBatch
 
 _SUMS: dict[str, tuple[tuple[str, float], ...]] = {
     "tx_bps": (("tx_bytes", 8.0),),
@@ -62,6 +63,9 @@ _MAXES: dict[str, str] = {
 _UTIL = {"tx_util": "tx_bps", "rx_util": "rx_bps"}
 """Utilisation columns: the bit rate over the line rate."""
 
+RATES_BATCH_ROWS = 2048
+"""Ports per ``RatesBatch`` at most: about 600 KB of JSON, below Kafka's default 1 MB message limit."""
+
 _COLUMN = {name: i for i, name in enumerate(PORT_RATE_COLUMNS)}
 _SUM_OUT = np.array([_COLUMN[m] for m in _SUMS], dtype=np.intp)
 
@@ -97,8 +101,13 @@ def _projection(layout: Layout) -> _Projection:
 def project(frame: RateFrame, line_bytes_ps: np.ndarray | None = None) -> np.ndarray:
     """The ports x ``PORT_RATE_COLUMNS`` matrix (NaN = unknown). ``line_bytes_ps`` is each port's
     line rate in bytes per second (``FabricMap.port_speeds_bps``); without it utilisation is unknown."""
-    proj = _projection(frame.layout)
-    values = frame.values
+    return _project_rows(frame.layout, frame.values, line_bytes_ps)
+
+
+def _project_rows(layout: Layout, values: np.ndarray, line_bytes_ps: np.ndarray | None) -> np.ndarray:
+    """``project`` of any number of rows of one layout: every output row depends on its own row
+    only, so the ports of many frames stack into one call."""
+    proj = _projection(layout)
     known = ~np.isnan(values)
     sums = np.where(known, values, 0.0) @ proj.weights
     sums[(known @ proj.contributes) == 0] = np.nan
@@ -127,4 +136,48 @@ def summarise(frame: RateFrame, line_bytes_ps: np.ndarray | None = None) -> Port
         list(frame.ports),
         list(PORT_RATE_COLUMNS),
         project(frame, line_bytes_ps),
+    )
+
+
+def summarise_batch(
+    frames: Sequence[RateFrame], lines: Sequence[np.ndarray | None], max_rows: int = RATES_BATCH_ROWS
+) -> list[RatesBatch]:
+    """The storage messages of many frames, in their order, each of at most ``max_rows`` ports
+    (a frame is never split). Frames of one layout are projected in one pass (a NIC frame is one
+    row: per frame, numpy's per-call cost was the whole cost of ``project``)."""
+    out: list[RatesBatch] = []
+    start, rows = 0, 0
+    for i, frame in enumerate(frames):
+        if rows and rows + len(frame.ports) > max_rows:
+            out.append(_batch(frames[start:i], lines[start:i]))
+            start, rows = i, 0
+        rows += len(frame.ports)
+    if start < len(frames):
+        out.append(_batch(frames[start:], lines[start:]))
+    return out
+
+
+def _batch(frames: Sequence[RateFrame], lines: Sequence[np.ndarray | None]) -> RatesBatch:
+    counts = [len(f.ports) for f in frames]
+    offsets = np.concatenate(([0], np.cumsum(counts)))
+    matrix = np.empty((int(offsets[-1]), len(PORT_RATE_COLUMNS)))
+    groups: dict[int, list[int]] = {}
+    for i, frame in enumerate(frames):
+        groups.setdefault(id(frame.layout), []).append(i)
+    for members in groups.values():
+        values = np.concatenate([frames[i].values for i in members])
+        line = np.concatenate(
+            [np.full(counts[i], np.nan) if lines[i] is None else lines[i] for i in members]  # type: ignore[list-item]
+        )
+        rows = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in members])
+        matrix[rows] = _project_rows(frames[members[0]].layout, values, line)
+    return RatesBatch(
+        [f.device for f in frames],
+        [f.device_kind for f in frames],  # type: ignore[misc]
+        [f.ts_ns for f in frames],
+        [f.dt_s for f in frames],
+        counts,
+        [p for f in frames for p in f.ports],
+        list(PORT_RATE_COLUMNS),
+        np.ascontiguousarray(matrix, dtype="<f8").tobytes(),
     )

@@ -259,6 +259,14 @@ class Watermark(msgspec.Struct, tag="watermark", tag_field="type", omit_defaults
     v: int = SCHEMA_VERSION
 
 
+class SymptomBatch(msgspec.Struct, tag="symptoms", tag_field="type", omit_defaults=True):
+    """What one stage-1 batch (or heartbeat) sends one pod: its symptoms, then its watermarks, in
+    the order stage 2 takes them, as one message instead of one each (``docs/streaming.md``)."""
+
+    items: list[Symptom | Watermark]
+    v: int = SCHEMA_VERSION
+
+
 PORT_RATE_COLUMNS: tuple[str, ...] = (
     "tx_bps",
     "rx_bps",
@@ -348,6 +356,64 @@ class PortRates(msgspec.Struct, tag="rates", tag_field="type", omit_defaults=Tru
         return np.asarray(self.values, dtype=np.float64).reshape(shape)
 
 
+class RatesBatch(msgspec.Struct, tag="rates_batch", tag_field="type", omit_defaults=True):
+    """The ``PortRates`` of many devices in one message: what a stage-1 batch computed for the
+    devices of one input partition, in the order it read them.
+
+    One storage message per snapshot doubled the messages a stage-1 worker produces, and for a NIC
+    (one port) the message's own cost (a producer call, a record for the sink to decode) was most
+    of it; here a batch's rows are one ``sum(port_counts)`` x columns float64 matrix, projected in
+    one numpy pass and encoded once (``docs/streaming.md``). Device ``i`` owns ``port_counts[i]``
+    consecutive rows and as many names in ``ports``.
+    """
+
+    devices: list[str]
+    device_kinds: list[DeviceKind]
+    ts_ns: list[int]
+    dt_s: list[float]
+    port_counts: list[int]
+    ports: list[str]
+    columns: list[str]
+    values: bytes
+    v: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        n = len(self.devices)
+        for name in ("device_kinds", "ts_ns", "dt_s", "port_counts"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"{name} has {len(getattr(self, name))} entries but there are {n} devices")
+        if any(c < 0 for c in self.port_counts) or sum(self.port_counts) != len(self.ports):
+            raise ValueError(
+                f"port_counts sum to {sum(self.port_counts)} but there are {len(self.ports)} ports"
+            )
+        want = 8 * len(self.ports) * len(self.columns)
+        if len(self.values) != want:
+            raise ValueError(
+                f"values has {len(self.values)} bytes but {len(self.ports)} ports x "
+                f"{len(self.columns)} columns of float64 take {want}"
+            )
+        for ts_ns in self.ts_ns:
+            _check_stamp(ts_ns)
+
+    def matrix(self) -> np.ndarray:
+        """Every device's rows, stacked: a read-only view of the message's bytes."""
+        return np.frombuffer(self.values, dtype="<f8").reshape(len(self.ports), len(self.columns))
+
+    def split(self) -> list[PortRates]:
+        """One ``PortRates`` per device, as a reader of single-device messages expects them."""
+        out: list[PortRates] = []
+        matrix, row = self.matrix(), 0
+        for device, kind, ts_ns, dt_s, count in zip(
+            self.devices, self.device_kinds, self.ts_ns, self.dt_s, self.port_counts, strict=True
+        ):
+            ports = self.ports[row : row + count]
+            out.append(
+                PortRates.of(device, kind, ts_ns, dt_s, ports, self.columns, matrix[row : row + count])
+            )
+            row += count
+        return out
+
+
 class Label(msgspec.Struct, tag="label", tag_field="type", omit_defaults=True):
     """Ground truth for a trace: a fault (or a benign look-alike, kind ``benign``) and its root."""
 
@@ -382,7 +448,18 @@ def _check_matrix(ts_ns: int, ports: list[str], values: list[list], ncols: int, 
             raise ValueError(f"values[{i}] has {len(row)} entries but there are {ncols} {cols}")
 
 
-Message = Snapshot | Phase | Topology | Symptom | Watermark | Anomaly | Label | PortRates
+Message = (
+    Snapshot
+    | Phase
+    | Topology
+    | Symptom
+    | Watermark
+    | SymptomBatch
+    | Anomaly
+    | Label
+    | PortRates
+    | RatesBatch
+)
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Message)
@@ -408,6 +485,12 @@ def decode(data: bytes | str, expected: type | None = None) -> Any:
     if msg.v != SCHEMA_VERSION:
         raise DecodeError(f"unsupported schema version v={msg.v} (this build reads v={SCHEMA_VERSION})")
     return msg
+
+
+def decode_rates(data: bytes | str) -> list[PortRates]:
+    """A ``fabric.rates`` record, one ``PortRates`` per device whichever form it came in."""
+    msg = decode(data, PortRates | RatesBatch)
+    return msg.split() if isinstance(msg, RatesBatch) else [msg]
 
 
 def _why(exc: Exception) -> str:

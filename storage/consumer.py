@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import Anomaly, DecodeError, Phase, PortRates, Topology, decode
+from fabricwatch.schemas.messages import Anomaly, DecodeError, Phase, PortRates, RatesBatch, Topology, decode
 from fabricwatch.storage.backends import StoreError
 from fabricwatch.storage.sink import DEFAULT_MAX_DELAY_S, DEFAULT_MAX_ROWS, Sink, SinkStats
 from fabricwatch.storage.store import Store
@@ -42,7 +42,7 @@ _JOIN_GRACE_S = 60.0
 """How long ``idle_exit_s`` waits for partitions to be assigned before it starts counting anyway."""
 
 SINK_TOPICS = {
-    topics.RATES: PortRates,
+    topics.RATES: PortRates | RatesBatch,
     topics.ANOMALIES: Anomaly,
     topics.PHASES: Phase,
     topics.TOPOLOGY: Topology,

@@ -26,7 +26,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, Anomaly, Phase, PortRates, Topology
+from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, Anomaly, Phase, PortRates, RatesBatch, Topology
 from fabricwatch.storage.backends import Labels, StoreError, lit
 from fabricwatch.storage.columns import Interner, anomaly_columns, phase_columns, topology_columns
 from fabricwatch.storage.store import Store
@@ -90,10 +90,12 @@ class Sink:
 
     # --- buffering -------------------------------------------------------------------------------
 
-    def add(self, msg: PortRates | Anomaly | Phase | Topology) -> None:
+    def add(self, msg: PortRates | RatesBatch | Anomaly | Phase | Topology) -> None:
         """Any message the store keeps, to its table."""
         if isinstance(msg, PortRates):
             self.add_rates(msg)
+        elif isinstance(msg, RatesBatch):
+            self.add_rates_batch(msg)
         elif isinstance(msg, Anomaly):
             self.add_anomaly(msg)
         elif isinstance(msg, Phase):
@@ -107,6 +109,21 @@ class Sink:
             values = self._to_standard_columns(msg.columns, values)
         self._rates.messages.append((msg.device, msg.device_kind, msg.ts_ns, msg.dt_s, msg.ports, values))
         self._rates.rows += len(msg.ports)
+        self._touch()
+
+    def add_rates_batch(self, msg: RatesBatch) -> None:
+        """Each device's rows as a view of the batch's one matrix: no copy until the insert."""
+        values = msg.matrix()
+        if tuple(msg.columns) != PORT_RATE_COLUMNS:
+            values = self._to_standard_columns(msg.columns, values)
+        row = 0
+        for device, kind, ts_ns, dt_s, count in zip(
+            msg.devices, msg.device_kinds, msg.ts_ns, msg.dt_s, msg.port_counts, strict=True
+        ):
+            ports = msg.ports[row : row + count]
+            self._rates.messages.append((device, kind, ts_ns, dt_s, ports, values[row : row + count]))
+            row += count
+        self._rates.rows += row
         self._touch()
 
     def add_anomaly(self, msg: Anomaly) -> None:

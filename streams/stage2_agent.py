@@ -34,13 +34,15 @@ def wire(w: Worker) -> None:
     async def stage2_agent(stream: faust.StreamT) -> None:
         async for events in stream.take_events(opts.batch_max, within=opts.batch_within_s):
             async with w.stage2_lock:
+                taken = w.stage2.taken
                 for event in events:
                     channel = str(event.message.partition)
                     fired, reason = w.stage2.feed(event.message.value, time.monotonic(), channel)
                     if reason is not None:
                         await w.dead_letter(event, reason)
                     await publish(fired)
-            w.progress.processed("symptoms", len(events))
+                taken = w.stage2.taken - taken
+            w.progress.processed("symptoms", taken)  # symptoms and watermarks, not messages
             if change := w.progress.input_age("stage2", events[-1].message.timestamp):
                 log.warning("%s", change)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -19,13 +20,14 @@ from fabricwatch.detectors.outliers import OutlierStage
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.detectors.stage1 import Stage1
 from fabricwatch.detectors.stage2 import Stage2
-from fabricwatch.detectors.summary import summarise
+from fabricwatch.detectors.summary import summarise_batch
 from fabricwatch.schemas.messages import (
     Anomaly,
     DecodeError,
     Phase,
     Snapshot,
     Symptom,
+    SymptomBatch,
     Topology,
     Watermark,
     decode,
@@ -45,6 +47,9 @@ DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 _MAX_STEPS = 600
 """Quiet-stretch ticks at most (a minute at 0.1 s): incidents resolve within seconds of quiet."""
+
+SYMPTOM_BATCH_ITEMS = 2000
+"""Symptoms and watermarks per ``fabric.symptoms`` message at most: about 1 MB of JSON."""
 
 UNKNOWN_POD = "-"
 """Stage-2 key of devices the topology does not place in a pod."""
@@ -91,8 +96,9 @@ class Stage1Worker:
     ``fabric.symptoms`` and leave in order, so a watermark follows every symptom it covers. Between
     batches, ``heartbeat`` says which of its partitions are caught up (nothing left to read), so
     stage 2 does not wait for partitions whose devices are quiet.
-    With ``rates``, each frame also goes out as a ``fabric.rates`` message for storage, with
-    utilisation against the line rates stage 1 itself judged by.
+    With ``rates``, the batch's frames also go out as ``fabric.rates`` messages for storage (a
+    ``RatesBatch`` per input partition), with utilisation against the line rates stage 1 itself
+    judged by.
     """
 
     def __init__(
@@ -121,13 +127,12 @@ class Stage1Worker:
         A snapshot stamped too far ahead of the fabric's time is held (``ClockGuard``, as in the
         in-process pipeline) and processed in a later batch when other devices confirm the time;
         if its device's next snapshot displaces it, it is rejected with the reason."""
-        out = Stage1Output()
-        newest: dict[str, int] = {}
+        batch = _Batch()
         taken: list[tuple[Snapshot, str, int]] = []
         pending = 0
         for i, value in enumerate(values):
             if pending >= STAGE1_CHUNK_VALUES:
-                self._run(taken, out, newest)
+                self._run(taken, batch)
                 taken, pending = [], 0
             reason = check_size(value, self.max_message_bytes)
             if reason is None:
@@ -136,7 +141,7 @@ class Stage1Worker:
                 except DecodeError as exc:
                     reason = str(exc)
             if reason is not None:
-                out.rejected.append(Rejected(i, reason))
+                batch.out.rejected.append(Rejected(i, reason))
                 continue
             if not self.clock.ahead(snap.ts_ns):
                 self.clock.seen(snap.device, snap.ts_ns)
@@ -146,21 +151,24 @@ class Stage1Worker:
             released, dropped = self.clock.hold(snap.device, snap.ts_ns, (snap, sources[i], i))
             if dropped is not None:
                 # Its message may be from an earlier batch, already acknowledged: count it only.
-                out.clock_drops.append(self.clock.reason(snap.device))
+                batch.out.clock_drops.append(self.clock.reason(snap.device))
             for _, (held, source, index) in released:
                 self.clock.seen(held.device, held.ts_ns)
                 taken.append((held, source, index))
                 pending += len(held.values) * len(held.counters)
-        self._run(taken, out, newest)
-        out.symptoms += [self._keyed(s) for s in self.core.flush()]
-        for source, ts_ns in sorted(newest.items()):
+        self._run(taken, batch)
+        for symptom in self.core.flush():
+            batch.add_symptom(self._pod(symptom), symptom)
+        for source, ts_ns in sorted(batch.newest.items()):
             self._newest[source] = max(self._newest.get(source, 0), ts_ns)
-            out.symptoms += self._marks(Watermark(source, self._newest[source]))
-        return out
+            batch.add_mark(self._pod_keys, Watermark(source, self._newest[source]))
+        batch.out.rates = self._rates(batch.frames)
+        batch.out.symptoms = _symptom_messages(batch.items)
+        return batch.out
 
-    def _run(self, taken: list[tuple[Snapshot, str, int]], out: Stage1Output, newest: dict[str, int]) -> None:
+    def _run(self, taken: list[tuple[Snapshot, str, int]], batch: _Batch) -> None:
         for (snap, source, index), result in zip(taken, self._processed([t[0] for t in taken]), strict=True):
-            self._take(snap, source, index, result, out, newest)
+            self._take(snap, source, index, result, batch)
 
     def _processed(self, snaps: list[Snapshot]) -> list[tuple[RateFrame | None, list[Symptom]] | Exception]:
         """Stage 1 of the batch in one call; should that fail (a bug, not bad input: snapshots are
@@ -185,33 +193,67 @@ class Stage1Worker:
         source: str,
         index: int,
         result: tuple[RateFrame | None, list[Symptom]] | Exception,
-        out: Stage1Output,
-        newest: dict[str, int],
+        batch: _Batch,
     ) -> None:
         if isinstance(result, Exception):  # the snapshot is set aside, the worker goes on
-            out.rejected.append(Rejected(index, f"processing failed: {result!r}"))
+            batch.out.rejected.append(Rejected(index, f"processing failed: {result!r}"))
             return
         frame, symptoms = result
-        out.values += len(snap.ports) * len(snap.counters)
-        newest[source] = max(newest.get(source, 0), snap.ts_ns)
+        batch.out.values += len(snap.ports) * len(snap.counters)
+        batch.newest[source] = max(batch.newest.get(source, 0), snap.ts_ns)
         if frame is not None and self.rates:
-            line = self.core.fabric.port_speeds_bps(frame.device, frame.ports)
-            out.rates.append(Keyed(snap.device.encode(), encode(summarise(frame, line))))
-        out.symptoms += [self._keyed(s) for s in symptoms]
+            batch.frames[source].append(frame)
+        for symptom in symptoms:
+            batch.add_symptom(self._pod(symptom), symptom)
 
-    def heartbeat(self, caught_up: Mapping[str, bool]) -> list[Keyed]:
-        """Watermarks of the partitions this worker owns, each saying whether it is caught up."""
+    def _rates(self, frames: dict[str, list[RateFrame]]) -> list[Keyed]:
+        """The storage messages of a batch: one per input partition (or more, of ``RATES_BATCH_ROWS``
+        each), keyed by it. A device's snapshots come from one partition, so its rates stay in
+        order on one partition of ``fabric.rates`` (``docs/streaming.md``)."""
         out: list[Keyed] = []
-        for source, done in sorted(caught_up.items()):
-            out += self._marks(Watermark(source, self._newest.get(source, 0), done))
+        speeds = self.core.fabric.port_speeds_bps
+        for source, taken in sorted(frames.items()):
+            lines = [speeds(f.device, f.ports) for f in taken]
+            out += [Keyed(source.encode(), encode(m)) for m in summarise_batch(taken, lines)]
         return out
 
-    def _marks(self, mark: Watermark) -> list[Keyed]:
-        value = encode(mark)
-        return [Keyed(pod, value) for pod in self._pod_keys]
+    def heartbeat(self, caught_up: Mapping[str, bool]) -> list[Keyed]:
+        """Watermarks of the partitions this worker owns, each saying whether it is caught up: one
+        message per pod."""
+        batch = _Batch()
+        for source, done in sorted(caught_up.items()):
+            batch.add_mark(self._pod_keys, Watermark(source, self._newest.get(source, 0), done))
+        return _symptom_messages(batch.items)
 
-    def _keyed(self, symptom: Symptom) -> Keyed:
-        return Keyed(self._pods.get(symptom.device, UNKNOWN_POD).encode(), encode(symptom))
+    def _pod(self, symptom: Symptom) -> bytes:
+        return self._pods.get(symptom.device, UNKNOWN_POD).encode()
+
+
+@dataclass
+class _Batch:
+    """What one ``process`` gathers before it is encoded: per input partition its frames and newest
+    time, per pod (its ``fabric.symptoms`` key) its symptoms and watermarks in sending order."""
+
+    out: Stage1Output = field(default_factory=Stage1Output)
+    newest: dict[str, int] = field(default_factory=dict)
+    frames: defaultdict[str, list[RateFrame]] = field(default_factory=lambda: defaultdict(list))
+    items: defaultdict[bytes, list[Symptom | Watermark]] = field(default_factory=lambda: defaultdict(list))
+
+    def add_symptom(self, pod: bytes, symptom: Symptom) -> None:
+        self.items[pod].append(symptom)
+
+    def add_mark(self, pods: Sequence[bytes], mark: Watermark) -> None:
+        for pod in pods:
+            self.items[pod].append(mark)
+
+
+def _symptom_messages(items: Mapping[bytes, list[Symptom | Watermark]]) -> list[Keyed]:
+    """One ``SymptomBatch`` per pod (more past ``SYMPTOM_BATCH_ITEMS``), its items in order."""
+    return [
+        Keyed(pod, encode(SymptomBatch(its[i : i + SYMPTOM_BATCH_ITEMS])))
+        for pod, its in sorted(items.items())
+        for i in range(0, len(its), SYMPTOM_BATCH_ITEMS)
+    ]
 
 
 @dataclass
@@ -273,6 +315,8 @@ class Stage2Worker:
         self._released_ns = 0
         self._step_ns = int(step_s * 1e9)
         self._unevaluated = False
+        self.taken = 0
+        """Symptoms and watermarks taken, whether they came alone or in batches."""
 
     def set_topology(self, topology: Topology) -> None:
         self.core.set_topology(topology)
@@ -285,18 +329,29 @@ class Stage2Worker:
         return len(self._held)
 
     def feed(self, value: bytes | None, now: float, channel: str = "") -> tuple[list[Anomaly], str | None]:
-        """One symptom or watermark in; the anomaly events it released and a dead-letter reason out.
+        """One ``fabric.symptoms`` message in (a symptom, a watermark or a ``SymptomBatch`` of
+        them); the anomaly events it released and a dead-letter reason out.
 
         ``now`` is wall seconds; ``channel`` the symptoms partition it came from: a watermark
         follows the symptoms it covers only within its own partition, so each partition's
-        watermarks count on their own."""
+        watermarks count on their own. A batch's items are taken one by one, as if each had come
+        on its own."""
         reason = check_size(value, DEFAULT_MAX_MESSAGE_BYTES)
         if reason is not None:
             return [], reason
         try:
-            msg = decode(value, Symptom | Watermark)  # type: ignore[arg-type]
+            msg = decode(value, Symptom | Watermark | SymptomBatch)  # type: ignore[arg-type]
         except DecodeError as exc:
             return [], str(exc)
+        if not isinstance(msg, SymptomBatch):
+            return self._feed(msg, now, channel), None
+        fired: list[Anomaly] = []
+        for item in msg.items:
+            fired += self._feed(item, now, channel)
+        return fired, None
+
+    def _feed(self, msg: Symptom | Watermark, now: float, channel: str) -> list[Anomaly]:
+        self.taken += 1
         if isinstance(msg, Watermark):
             key = (channel, msg.source)
             mark = self._marks.get(key)
@@ -304,12 +359,12 @@ class Stage2Worker:
                 self._marks[key] = _Mark(msg.ts_ns, now, now, msg.caught_up)
             else:
                 mark.update(msg, now)
-            return self.advance(now), None
+            return self.advance(now)
         if msg.ts_ns <= self._released_ns:
-            return self._take(msg.ts_ns, msg), None
+            return self._take(msg.ts_ns, msg)
         heapq.heappush(self._held, (msg.ts_ns, self._seq, msg))
         self._seq += 1
-        return self.advance(now), None
+        return self.advance(now)
 
     def advance(self, now: float) -> list[Anomaly]:
         """Take every held symptom the watermarks have passed; call also on a timer when idle."""

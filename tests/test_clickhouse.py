@@ -12,7 +12,17 @@ import pytest
 
 from fabricwatch.local.broker import free_port
 from fabricwatch.local.clickhouse_server import LocalClickHouse, server_binary
-from fabricwatch.schemas.messages import Anomaly, Phase, PortRates, RootCause, Topology
+from fabricwatch.schemas.messages import (
+    PORT_RATE_COLUMNS,
+    Anomaly,
+    Phase,
+    PortRates,
+    RatesBatch,
+    RootCause,
+    Topology,
+    decode,
+    encode,
+)
 from fabricwatch.storage.backends import ServerAddress, StoreError
 from fabricwatch.storage.migrations import LATEST_VERSION, MIGRATIONS, full_ddl
 from fabricwatch.storage.schema import MODERN, OLD_DEBIAN, SchemaOptions
@@ -272,6 +282,45 @@ def test_redelivery_after_a_crash_does_not_double_count(store_target, fabric_str
         for t in ROLLUPS:
             assert_same_rollup(rollup(b, t), expected[t], t)
         assert count(b, "anomaly_events") == sum(isinstance(m, Anomaly) for m in fabric_stream)
+
+
+def test_rates_in_batches_store_what_single_messages_store(store_target, fabric_stream):
+    """A stage-1 worker sends a batch's rates as ``RatesBatch`` messages; the stored rows must be
+    those of the same rates one message per device (what earlier builds and the recorder send)."""
+    rates = [m for m in fabric_stream if isinstance(m, PortRates)]
+    batches = [_as_batch(rates[i : i + 37]) for i in range(0, len(rates), 37)]
+    (target_a, db_a), (target_b, db_b) = _two_databases(store_target)
+    query = (
+        "SELECT device, device_kind, port, ts_ns, dt_s, tx_bps, rx_util, tx_pause_frac, ecn_marked_pps, "
+        "queue_bytes_max FROM rates_raw ORDER BY device, port, ts_ns"
+    )
+    with Store.open(target_a, db_a) as a:
+        with Sink(a, max_rows=700) as sink:
+            feed(sink, rates)
+        single = a.query(query)
+    with Store.open(target_b, db_b) as b:
+        with Sink(b, max_rows=700) as sink:
+            feed(sink, [decode(encode(m), RatesBatch) for m in batches])
+        batched = b.query(query)
+    assert len(batched) == sum(len(m.ports) for m in rates) and _same_rows(batched, single)
+
+
+def _as_batch(msgs: list[PortRates]) -> RatesBatch:
+    return RatesBatch(
+        [m.device for m in msgs],
+        [m.device_kind for m in msgs],
+        [m.ts_ns for m in msgs],
+        [m.dt_s for m in msgs],
+        [len(m.ports) for m in msgs],
+        [p for m in msgs for p in m.ports],
+        list(PORT_RATE_COLUMNS),
+        np.concatenate([m.matrix() for m in msgs]).astype("<f8").tobytes(),
+    )
+
+
+def _same_rows(got: list[tuple], want: list[tuple]) -> bool:
+    """Row for row, NULL (unknown) and NaN compared as themselves."""
+    return [tuple(repr(v) for v in r) for r in got] == [tuple(repr(v) for v in r) for r in want]
 
 
 def _two_databases(target: str) -> tuple[tuple[str, str], tuple[str, str]]:

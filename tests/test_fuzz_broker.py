@@ -22,6 +22,7 @@ from fabricwatch.schemas.messages import (
     DecodeError,
     Phase,
     PortRates,
+    RatesBatch,
     Snapshot,
     Topology,
     decode,
@@ -37,7 +38,7 @@ EXPECTED = {
     topics.COUNTERS: Snapshot,
     topics.PHASES: Phase,
     topics.TOPOLOGY: Topology,
-    topics.RATES: PortRates,
+    topics.RATES: PortRates | RatesBatch,
     topics.ANOMALIES: Anomaly,
 }
 """The message each topic carries, as its readers decode it."""

@@ -8,15 +8,17 @@ import numpy as np
 import pytest
 
 from fabricwatch.detectors.rates import Layout, RateEngine, RateFrame
-from fabricwatch.detectors.summary import project, summarise
+from fabricwatch.detectors.summary import project, summarise, summarise_batch
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.schemas.messages import (
     PORT_RATE_COLUMNS,
     CounterSpec,
     DecodeError,
     PortRates,
+    RatesBatch,
     Snapshot,
     decode,
+    decode_rates,
     encode,
 )
 from fabricwatch.schemas.trace import TraceReader
@@ -145,3 +147,50 @@ def test_every_frame_of_a_simulated_fabric(tmp_path):
             assert (known >= 0).all()
             kinds.add(f.device_kind)
     assert kinds == {"nic", "switch"}
+
+
+def test_a_batch_of_frames_is_each_frame_summarised_in_one_message():
+    """Frames of different layouts and widths, with and without line rates, in one ``RatesBatch``:
+    each device's rows are exactly what its own ``summarise`` gives, in the frames' order."""
+    nic_specs = [CounterSpec("tx_bytes"), CounterSpec("rx_bytes"), CounterSpec("cnp_sent")]
+    frames = [
+        frame(SWITCH, np.arange(26, dtype=float).reshape(2, 13)),
+        frame(nic_specs, [[1e9, np.nan, 5]], kind="nic"),
+        frame(SWITCH, [[np.nan] * 13]),
+        frame(nic_specs, [[2e9, 3e9, 0]], kind="nic"),
+    ]
+    frames = [
+        RateFrame(f"d{i}", f.device_kind, f.ts_ns + i, 0.5 + i, f.ports, f.layout, f.values)
+        for i, f in enumerate(frames)
+    ]
+    lines = [np.array([50e9, 0.0]), np.array([25e9]), None, None]
+    [batch] = summarise_batch(frames, lines)
+    back = decode(encode(batch), RatesBatch)
+    assert back.port_counts == [2, 1, 1, 1] and back.devices == ["d0", "d1", "d2", "d3"]
+    for got, f, line in zip(back.split(), frames, lines, strict=True):
+        want = summarise(f, line)
+        assert (got.device, got.device_kind, got.ts_ns, got.dt_s, got.ports) == (
+            want.device,
+            want.device_kind,
+            want.ts_ns,
+            want.dt_s,
+            want.ports,
+        )
+        np.testing.assert_array_equal(got.matrix(), want.matrix())
+    assert [m.device for m in decode_rates(encode(batch))] == ["d0", "d1", "d2", "d3"]
+
+
+def test_a_batch_is_cut_between_frames_at_its_row_limit():
+    frames = [frame(SWITCH, np.ones((3, 13))) for _ in range(5)]
+    batches = summarise_batch(frames, [None] * 5, max_rows=7)
+    assert [b.port_counts for b in batches] == [[3, 3], [3, 3], [3]]
+
+
+def test_an_inconsistent_batch_is_a_clear_error():
+    cols = ["tx_bps"]
+    with pytest.raises(ValueError, match="ts_ns has 1 entries but there are 2 devices"):
+        RatesBatch(["a", "b"], ["nic", "nic"], [1], [1.0, 1.0], [1, 1], ["p", "p"], cols, b"\0" * 16)
+    with pytest.raises(ValueError, match="port_counts sum to 3 but there are 2 ports"):
+        RatesBatch(["a", "b"], ["nic", "nic"], [1, 1], [1.0, 1.0], [1, 2], ["p", "p"], cols, b"\0" * 16)
+    with pytest.raises(ValueError, match="values has 8 bytes but 2 ports x 1 columns of float64 take 16"):
+        RatesBatch(["a", "b"], ["nic", "nic"], [1, 1], [1.0, 1.0], [1, 1], ["p", "p"], cols, b"\0" * 8)
