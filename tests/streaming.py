@@ -43,6 +43,10 @@ class Collector:
             if not self._epochs.changed():
                 self.records.extend(r for records in polled.values() for r in records)
 
+    def rates(self) -> list:
+        """The per-device rates read so far (a worker sends a batch's rates as one message)."""
+        return [m for r in list(self.records) for m in decode_rates(r.value)]
+
     def stop(self) -> list:
         self._stop.set()
         self._thread.join(timeout=10)

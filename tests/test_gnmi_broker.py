@@ -122,7 +122,7 @@ def test_the_translator_turns_a_topic_of_gnmi_telemetry_into_the_switches_rates(
     )
     want = (SAMPLES - 1) + (SAMPLES - 3)  # rates: one per sample after each switch's first
     try:
-        assert wait_for(lambda: len(rates.records) >= want and reports.records, 90)
+        assert wait_for(lambda: len(rates.rates()) >= want and reports.records, 90)
     finally:
         translator.send_signal(signal.SIGTERM)
         out, err = translator.communicate(timeout=30)

@@ -72,7 +72,7 @@ def test_the_daemon_publishes_what_a_worker_turns_into_the_switch_s_rates(broker
             env=os.environ | {"PYTHONUNBUFFERED": "1"},
         )
         try:
-            assert wait_for(lambda: len(rates.records) >= 6, 60)
+            assert wait_for(lambda: len(rates.rates()) >= 6, 60)
         finally:
             daemon.send_signal(signal.SIGTERM)
             out, err = daemon.communicate(timeout=30)
