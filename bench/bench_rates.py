@@ -4,7 +4,7 @@ Feeds pre-encoded snapshots (what arrives from Kafka or a trace) of a 64-port sw
 through schemas.messages.decode and the RateEngine, for many devices in turn as a stage-1 worker
 would see them. Also reports the full stage-1 (rates + detectors) on the same input, one snapshot
 at a time (``decode_stage1``) and in batches as the workers run it (``stage1_nic_batch``,
-``stage1_switch_batch``: decode included).
+``stage1_switch_batch``: ``Stage1Worker.process``, from message bytes to encoded output messages).
 
     python bench/bench_rates.py [--seconds 5]
 """
@@ -18,10 +18,11 @@ import time
 
 import numpy as np
 
+from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.rates import RateEngine
 from fabricwatch.detectors.stage1 import Stage1
 from fabricwatch.schemas.messages import CounterSpec, Snapshot, decode, encode
-from fabricwatch.streams.stages import STAGE1_CHUNK_VALUES
+from fabricwatch.streams.stages import Stage1Worker
 
 T0 = 1_800_000_000_000_000_000
 
@@ -125,23 +126,16 @@ def measure(label: str, messages: list[bytes], values_per_msg: int, seconds: flo
 
 
 def measure_batch(label: str, messages: list[bytes], seconds: float, batch: int) -> dict:
-    """Stage 1 as a worker runs it: decode the messages of a batch, and ``process_batch`` them
-    whenever STAGE1_CHUNK_VALUES counter values are waiting."""
-    runs, elapsed = 0, 0.0
+    """Stage 1 as a worker runs it (``Stage1Worker.process``): a batch of message bytes in, decoded,
+    stacked, through the detectors, and out as encoded rates and symptoms messages."""
+    runs, elapsed, sent = 0, 0.0, 0
+    sources = ["fabric.counters/0"] * batch
     while elapsed < seconds:
-        stage = Stage1()
+        stage = Stage1Worker(DetectorConfig())
         start = time.perf_counter()
         for i in range(0, len(messages), batch):
-            pending: list[Snapshot] = []
-            values = 0
-            for m in messages[i : i + batch]:
-                snap = decode(m, Snapshot)
-                pending.append(snap)
-                values += len(snap.values) * len(snap.counters)
-                if values >= STAGE1_CHUNK_VALUES:
-                    stage.process_batch(pending)
-                    pending, values = [], 0
-            stage.process_batch(pending)
+            out = stage.process(messages[i : i + batch], sources)
+            sent += len(out.rates) + len(out.symptoms)
         elapsed += time.perf_counter() - start
         runs += 1
     n = runs * len(messages)
@@ -150,6 +144,7 @@ def measure_batch(label: str, messages: list[bytes], seconds: float, batch: int)
         "batch": batch,
         "snapshots_per_s": round(n / elapsed),
         "us_per_snapshot": round(elapsed / n * 1e6, 1),
+        "messages_out_per_snapshot": round(sent / n, 4),
     }
 
 
@@ -161,7 +156,7 @@ def main() -> None:
     sw, nic = switch_counters(), nic_counters()
     cases = [
         ("switch64", encoded_series("switch", 8, 20, 64, sw), 64 * len(sw)),
-        ("nic", encoded_series("nic", 200, 20, 1, nic), len(nic)),
+        ("nic", encoded_series("nic", 1000, 10, 1, nic), len(nic)),
     ]
     for label, msgs, per in cases:
         for stage1 in (False, True):

@@ -71,6 +71,8 @@ _HOLD_MAX_NS = int(HOLD_MAX_S * 1e9)
 STACK_MAX_VALUES = 1024
 """Snapshots up to this many values are stacked with others of their layout (NICs: 27 to a few
 hundred); bigger ones (a 64-port switch: 5,504) gain nothing from it and lose to the copying."""
+_IDENTITIES_MAX = 4096
+"""Counter-table lists remembered by identity; past it the memory starts again."""
 
 
 @dataclass(frozen=True)
@@ -205,6 +207,7 @@ class RateEngine:
     stats: RateStats = field(default_factory=RateStats)
     _devices: dict[str, _DeviceState] = field(default_factory=dict)
     _layouts: dict[tuple[CounterSpec, ...], Layout] = field(default_factory=dict)
+    _by_identity: dict[int, tuple[list[CounterSpec], Layout]] = field(default_factory=dict)
 
     def update(self, snap: Snapshot, line_Bps: np.ndarray | None = None) -> RateFrame | None:
         """Fold one snapshot in; return the rates since the previous one, or None if there are none.
@@ -360,10 +363,19 @@ class RateEngine:
         self._devices.pop(device, None)
 
     def _layout(self, counters: list[CounterSpec]) -> Layout:
+        """The layout of a counter table, found first by the list's identity: decoded snapshots with
+        the same table share one list (``schemas.messages``), and hashing 27 counter specs per NIC
+        snapshot cost more than its rates. The entry holds the list, so its id is not reused."""
+        known = self._by_identity.get(id(counters))
+        if known is not None and known[0] is counters:
+            return known[1]
         key = tuple(counters)
         layout = self._layouts.get(key)
         if layout is None:
             layout = self._layouts[key] = Layout.of(key)
+        if len(self._by_identity) >= _IDENTITIES_MAX:
+            self._by_identity.clear()
+        self._by_identity[id(counters)] = (counters, layout)
         return layout
 
     def _rates(

@@ -169,8 +169,11 @@ def _batch(frames: Sequence[RateFrame], lines: Sequence[np.ndarray | None]) -> R
         line = np.concatenate(
             [np.full(counts[i], np.nan) if lines[i] is None else lines[i] for i in members]  # type: ignore[list-item]
         )
-        rows = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in members])
-        matrix[rows] = _project_rows(frames[members[0]].layout, values, line)
+        projected = _project_rows(frames[members[0]].layout, values, line)
+        if len(members) == len(frames):  # one layout: the rows are in place already
+            matrix[:] = projected
+            continue
+        matrix[np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in members])] = projected
     return RatesBatch(
         [f.device for f in frames],
         [f.device_kind for f in frames],  # type: ignore[misc]
