@@ -64,25 +64,65 @@ def bare_consumer(settings: BrokerSettings, expected: int) -> float:
     return elapsed
 
 
+def readings(w: WorkerProcess) -> dict[str, float]:
+    """One scrape of a worker's /metrics: what the drain figures need."""
+    status, text = w.get("metrics")
+    out = dict.fromkeys(("snapshots", "values", "sent", "cpu", "core"), 0.0)
+    if status != 200:
+        return out
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        series, value = line.rsplit(" ", 1)
+        if series.startswith("fabricwatch_processed_total") and 'what="snapshots"' in series:
+            out["snapshots"] += float(value)
+        elif series.startswith("fabricwatch_processed_total") and 'what="values"' in series:
+            out["values"] += float(value)
+        elif series.startswith("fabricwatch_sent_total"):
+            out["sent"] += float(value)
+        elif series.startswith("fabricwatch_core_cpu_seconds_total"):
+            out["core"] += float(value)
+        elif series == "process_cpu_seconds_total":
+            out["cpu"] += float(value)
+    return out
+
+
 def drain(workers: list[WorkerProcess], snapshots: int, total_values: int) -> dict[str, float]:
     """Throughput while the workers drain the backlog: the middle 80% of it, so that the group's
-    join at the start and the last partition's tail do not count."""
-    samples: list[tuple[float, int]] = []
+    join at the start and the last partition's tail do not count. Over the same stretch, per
+    worker: messages in and out per second, and the share of its CPU spent outside the pure
+    stages (``streams/stages.py``: decoding, detectors, encoding), i.e. in Faust, aiokafka and
+    the producer."""
+    samples: list[tuple[float, list[dict[str, float]]]] = []
     while True:
-        done = sum(w.metric("processed_total", 'what="snapshots"') for w in workers)
-        values = sum(w.metric("processed_total", 'what="values"') for w in workers)
-        samples.append((time.perf_counter(), values))
-        if done >= snapshots:
+        now = time.perf_counter()
+        each = [readings(w) for w in workers]
+        samples.append((now, each))
+        if sum(r["snapshots"] for r in each) >= snapshots:
             break
         time.sleep(0.25)
-    lo = next(s for s in samples if s[1] >= 0.1 * total_values)
-    hi = next(s for s in samples if s[1] >= 0.9 * total_values)
-    first = next(s for s in samples if s[1] > 0)
+
+    def total(sample: tuple[float, list[dict[str, float]]], what: str) -> float:
+        return sum(r[what] for r in sample[1])
+
+    lo = next(s for s in samples if total(s, "values") >= 0.1 * total_values)
+    hi = next(s for s in samples if total(s, "values") >= 0.9 * total_values)
+    first = next(s for s in samples if total(s, "values") > 0)
     if hi[0] <= lo[0]:  # drained between two samples: the whole backlog is all there is
         lo, hi = first, samples[-1]
+    span = hi[0] - lo[0]
+    cpu = total(hi, "cpu") - total(lo, "cpu")
     return {
-        "sustained_values_per_s": (hi[1] - lo[1]) / (hi[0] - lo[0]),
+        "sustained_values_per_s": (total(hi, "values") - total(lo, "values")) / span,
         "whole_backlog_s": samples[-1][0] - first[0],
+        "messages_in_per_s_per_worker": (total(hi, "snapshots") - total(lo, "snapshots"))
+        / span
+        / len(workers),
+        "messages_out_per_s_per_worker": (total(hi, "sent") - total(lo, "sent")) / span / len(workers),
+        "worker_cpu_share": cpu / span / len(workers),
+        "cpu_share_outside_stages": 1 - (total(hi, "core") - total(lo, "core")) / cpu
+        if cpu > 0
+        else float("nan"),
     }
 
 
@@ -221,8 +261,12 @@ def main() -> None:
                 values_per_s=round(e2e["sustained_values_per_s"]),
                 ratio_to_bare=round(e2e["sustained_values_per_s"] / bare, 3),
                 whole_backlog_s=round(e2e["whole_backlog_s"], 1),
-                target_values_per_s=500_000,
-                target_ratio=0.5,
+                messages_in_per_s_per_worker=round(e2e["messages_in_per_s_per_worker"]),
+                messages_out_per_s_per_worker=round(e2e["messages_out_per_s_per_worker"]),
+                worker_cpu_share=round(e2e["worker_cpu_share"], 2),
+                cpu_share_outside_stages=round(e2e["cpu_share_outside_stages"], 3),
+                target_values_per_s=1_000_000,
+                target_ratio=0.35,
             )
             latency(settings, args.scenario, args.latency_duration, args.load, tmp)
         finally:

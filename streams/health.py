@@ -31,6 +31,11 @@ class Progress:
     inputs_ready: bool = False
     counts: Counter[str] = field(default_factory=Counter)
     dead_letters: Counter[str] = field(default_factory=Counter)
+    sent: Counter[str] = field(default_factory=Counter)
+    """Messages handed to the producer, by topic."""
+    core_cpu_s: Counter[str] = field(default_factory=Counter)
+    """CPU seconds spent in each stage's pure core (``streams/stages.py``: decoding, detection,
+    encoding), so that what the framework costs around it is the process's CPU minus these."""
     behind_window_s: float = 60.0
     """Span over which the growth of a stage's delay is measured."""
     behind_min_s: float = 5.0
@@ -133,10 +138,11 @@ class Progress:
     def prometheus(self, lag: int) -> bytes:
         """The counters in Prometheus' text format, for a scrape of ``/metrics`` (prometheus-client
         writes it, as for every fabricwatch daemon)."""
-        from prometheus_client import CollectorRegistry, generate_latest
+        from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_ProgressMetrics(self, lag))
+        ProcessCollector(registry=registry)  # process_cpu_seconds_total, memory, open files
         return generate_latest(registry)
 
 
@@ -175,7 +181,19 @@ class _ProgressMetrics:
         for stage, d in self._progress.delays().items():
             behind.add_metric([stage], d["behind_s"])
             growth.add_metric([stage], d["growth"])
-        yield from (processed, dead, lag, behind, growth)
+        sent = CounterMetricFamily(
+            "fabricwatch_sent", "Messages handed to the producer, by topic", labels=["topic"]
+        )
+        for topic, n in sorted(self._progress.sent.items()):
+            sent.add_metric([topic], n)
+        core = CounterMetricFamily(
+            "fabricwatch_core_cpu_seconds",
+            "CPU seconds in a stage's pure core (decode, detect, encode); the rest is the framework's",
+            labels=["stage"],
+        )
+        for stage, seconds in sorted(self._progress.core_cpu_s.items()):
+            core.add_metric([stage], seconds)
+        yield from (processed, dead, lag, behind, growth, sent, core)
 
 
 def reason_class(reason: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 import faust
@@ -31,7 +32,9 @@ def wire(w: Worker) -> None:
                 await _wait(w.topology_seen, opts.topology_wait_s)
             sources = [f"{e.message.topic}/{e.message.partition}" for e in events]
             async with w.stage1_lock:
+                began = time.thread_time()
                 out = w.stage1.process([e.message.value for e in events], sources)
+                w.progress.core_cpu_s["stage1"] += time.thread_time() - began
                 for r in out.rejected:
                     await w.dead_letter(events[r.index], r.reason)
                 for reason in out.clock_drops:

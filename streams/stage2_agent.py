@@ -37,7 +37,9 @@ def wire(w: Worker) -> None:
                 taken = w.stage2.taken
                 for event in events:
                     channel = str(event.message.partition)
+                    began = time.thread_time()
                     fired, reason = w.stage2.feed(event.message.value, time.monotonic(), channel)
+                    w.progress.core_cpu_s["stage2"] += time.thread_time() - began
                     if reason is not None:
                         await w.dead_letter(event, reason)
                     await publish(fired)

@@ -77,6 +77,7 @@ class Worker:
         """Straight to the producer: the values are bytes already, and at one rates message per
         snapshot Faust's channel layer (serialisers, callbacks) costs more than the send itself."""
         await self.app.producer.send(topic, message.key, message.value, None, None, None)
+        self.progress.sent[topic] += 1
 
     async def dead_letter(self, event: Any, reason: str) -> None:
         """The event's message to the dead-letter topic with its reason and origin in headers."""

@@ -34,6 +34,18 @@ def test_a_worker_s_counts_come_out_as_prometheus_text():
     assert got[("fabricwatch_consumer_lag", ())] == 7
 
 
+def test_a_worker_says_what_it_sent_and_what_its_stages_cost_beside_the_process():
+    """What a capacity plan needs: messages out per topic, and the stages' CPU against the whole
+    process's (the difference is the framework's)."""
+    progress = Progress()
+    progress.sent["fabric.rates"] += 3
+    progress.core_cpu_s["stage1"] += 0.25
+    got = samples(progress.prometheus(lag=0).decode())
+    assert got[("fabricwatch_sent_total", (("topic", "fabric.rates"),))] == 3
+    assert got[("fabricwatch_core_cpu_seconds_total", (("stage", "stage1"),))] == 0.25
+    assert got[("process_cpu_seconds_total", ())] > 0
+
+
 def test_the_collector_serves_its_metrics_and_says_when_polls_stopped():
     now = [100.0]
     stats = CollectStats(polls=3, late_polls=1, snapshots=24, problems={"mlx5_1": 2})
