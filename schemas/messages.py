@@ -477,7 +477,10 @@ def decode(data: bytes | str, expected: type | None = None) -> Any:
     """
     if expected is Snapshot:
         return _decode_snapshot(data)
-    decoder = _decoder if expected is None else _typed_decoder(expected)
+    return _decoded(_decoder if expected is None else _typed_decoder(expected), data)
+
+
+def _decoded(decoder: msgspec.json.Decoder, data: bytes | str) -> Any:
     try:
         msg = decoder.decode(data)
     except msgspec.ValidationError as exc:
@@ -516,14 +519,7 @@ def _decode_snapshot(data: bytes | str) -> Snapshot:
     snapshot. Each distinct table is decoded once; snapshots with the same table share one list
     (do not mutate a snapshot's ``counters``), which also lets the rate engine find its layout by
     identity rather than hash 27 counter specs per snapshot."""
-    try:
-        wire = _snapshot_decoder.decode(data)
-    except msgspec.ValidationError as exc:
-        raise DecodeError(str(exc)) from None
-    except NOT_JSON as exc:
-        raise DecodeError(f"not valid JSON: {_why(exc)}") from None
-    if wire.v != SCHEMA_VERSION:
-        raise DecodeError(f"unsupported schema version v={wire.v} (this build reads v={SCHEMA_VERSION})")
+    wire = _decoded(_snapshot_decoder, data)
     counters = _counter_table(bytes(wire.counters))
     try:
         return Snapshot(
