@@ -323,11 +323,12 @@ class RateEngine:
         ts = np.array([s.ts_ns for s in snaps], dtype=np.int64)
         gap_ns = ts - np.array([p.ts_ns for p in prevs], dtype=np.int64)
         counting = layout.is_counter
-        moved = ((raw != prev_raw) & counting).any(axis=(1, 2))
+        changed = raw != prev_raw
+        moved = (changed & counting).any(axis=(1, 2))
         may_be_stale = [
             p.moving and s.source not in REFRESH_AWARE_SOURCES for p, s in zip(prevs, snaps, strict=True)
         ]
-        stale = ~(raw != prev_raw).any(axis=(1, 2)) & np.array(may_be_stale) & (gap_ns <= _STALE_MAX_NS)
+        stale = ~changed.any(axis=(1, 2)) & np.array(may_be_stale) & (gap_ns <= _STALE_MAX_NS)
         special = stale | ((raw < prev_raw) & counting).any(axis=(1, 2))
         for k in np.flatnonzero(special):  # a repeat, a wrap or a reset: the general path
             out[rows[k]] = self.update(snaps[k], lines[k])

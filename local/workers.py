@@ -62,15 +62,15 @@ class WorkerProcess:
         except OSError:
             return 0, ""
 
-    def metric(self, name: str, label: str = "", prefix: str = "fabricwatch_") -> float:
+    def metric(self, name: str, label: str = "") -> int:
         """Sum of a ``fabricwatch_<name>`` metric's series whose labels contain ``label``."""
         status, text = self.get("metrics")
         if status != 200:
             return 0
         return sum(
-            float(line.rsplit(" ", 1)[1])
+            int(float(line.rsplit(" ", 1)[1]))
             for line in text.splitlines()
-            if line.startswith(f"{prefix}{name}") and label in line
+            if line.startswith(f"fabricwatch_{name}") and label in line
         )
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:

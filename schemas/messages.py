@@ -11,6 +11,7 @@ msgspec does the decoding: it validates types while parsing and its errors name 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import msgspec
@@ -399,19 +400,24 @@ class RatesBatch(msgspec.Struct, tag="rates_batch", tag_field="type", omit_defau
         """Every device's rows, stacked: a read-only view of the message's bytes."""
         return np.frombuffer(self.values, dtype="<f8").reshape(len(self.ports), len(self.columns))
 
-    def split(self) -> list[PortRates]:
-        """One ``PortRates`` per device, as a reader of single-device messages expects them."""
-        out: list[PortRates] = []
-        matrix, row = self.matrix(), 0
+    def per_device(
+        self, matrix: np.ndarray | None = None
+    ) -> Iterator[tuple[str, str, int, float, list[str], Any]]:
+        """Each device's ``device, device_kind, ts_ns, dt_s, ports`` and its rows of ``matrix``
+        (the message's own by default; a reader may pass it remapped to other columns)."""
+        matrix, row = self.matrix() if matrix is None else matrix, 0
         for device, kind, ts_ns, dt_s, count in zip(
             self.devices, self.device_kinds, self.ts_ns, self.dt_s, self.port_counts, strict=True
         ):
-            ports = self.ports[row : row + count]
-            out.append(
-                PortRates.of(device, kind, ts_ns, dt_s, ports, self.columns, matrix[row : row + count])
-            )
+            yield device, kind, ts_ns, dt_s, self.ports[row : row + count], matrix[row : row + count]
             row += count
-        return out
+
+    def split(self) -> list[PortRates]:
+        """One ``PortRates`` per device, as a reader of single-device messages expects them."""
+        return [
+            PortRates.of(device, kind, ts_ns, dt_s, ports, self.columns, rows)  # type: ignore[arg-type]
+            for device, kind, ts_ns, dt_s, ports, rows in self.per_device()
+        ]
 
 
 class Label(msgspec.Struct, tag="label", tag_field="type", omit_defaults=True):

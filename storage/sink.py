@@ -116,14 +116,8 @@ class Sink:
         values = msg.matrix()
         if tuple(msg.columns) != PORT_RATE_COLUMNS:
             values = self._to_standard_columns(msg.columns, values)
-        row = 0
-        for device, kind, ts_ns, dt_s, count in zip(
-            msg.devices, msg.device_kinds, msg.ts_ns, msg.dt_s, msg.port_counts, strict=True
-        ):
-            ports = msg.ports[row : row + count]
-            self._rates.messages.append((device, kind, ts_ns, dt_s, ports, values[row : row + count]))
-            row += count
-        self._rates.rows += row
+        self._rates.messages += msg.per_device(values)
+        self._rates.rows += len(msg.ports)
         self._touch()
 
     def add_anomaly(self, msg: Anomaly) -> None:
