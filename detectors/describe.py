@@ -6,7 +6,7 @@ from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.jobs import MANY_TO_ONE, JobAttribution
 from fabricwatch.detectors.roots import Roots
-from fabricwatch.schemas.messages import Symptom
+from fabricwatch.schemas.messages import Phase, Symptom
 
 HINTS = {
     "pfc_storm": (
@@ -137,7 +137,9 @@ class Describer:
         )
         if hurting:
             incident.severity = "critical"  # and stays: see _describe_ecmp
-        self.jobs.attach(incident, {receiver} if receiver else set(), incident.start_ns, MANY_TO_ONE)
+        to = {receiver} if receiver else set()
+        matched = self.jobs.attach(incident, to, incident.start_ns, MANY_TO_ONE)
+        ranks = self._sending_ranks(matched, receiver)
         senders = sorted(incident.hosts - {receiver})
         if senders:
             incident.evidence["senders"] = len(senders)
@@ -145,6 +147,9 @@ class Describer:
             throttled = {self.fabric.host_of(k[1]) for k in active if k[0] == "cnp_received"}
             incident.evidence["senders_receiving_cnp"] = len(throttled & set(senders))
         job = f"; job {', '.join(incident.jobs)} {', '.join(incident.collectives)}" if incident.jobs else ""
+        if ranks:
+            incident.evidence["sending_ranks"] = ranks
+            job += f" from ranks {ranks}"
         # The peak over the incident's life, not the latest poll's: one figure, growing only, so
         # the firing line, the updates, the stored event and the report never disagree about it.
         peak = max(
@@ -158,6 +163,15 @@ class Describer:
             f"{latest.evidence.get('fan_in_ports', '?')} ingress ports{job}"
         )
 
+    def _sending_ranks(self, matched: list[Phase], receiver: str | None) -> str:
+        """The ranks of the likeliest collective whose connections lead into the receiver, from
+        its communication graph (``""`` without one): who is sending, not only which job."""
+        for ph in matched[:1]:
+            ranks = self.jobs.senders_into(ph.job, ph.comm, {receiver} if receiver else set())
+            if ranks:
+                return capped([str(r) for r in ranks], 16)
+        return ""
+
     def _describe_ecmp(self, incident: Incident, latest: Symptom) -> None:
         root = incident.root
         under = self.fabric.hosts_under(root.device)
@@ -165,8 +179,12 @@ class Describer:
             # The incident's worst, like its peak queue: a hot member swinging around 90% would
             # otherwise flip the severity, and every receiver's alert with it, every few polls.
             incident.severity = "critical"
-        self.jobs.attach(incident, under, incident.start_ns, cross_from=under)
+        matched = self.jobs.attach(incident, under, incident.start_ns, cross_from=under)
         job = f"; job {', '.join(incident.jobs)}" if incident.jobs else ""
+        pairs = self.jobs.crossing_pairs(matched[0].job, matched[0].comm, under) if matched else None
+        if pairs:
+            incident.evidence["crossing_host_pairs"] = pairs
+            job += f" ({pairs} host pairs of {matched[0].job} cross {root.device})"
         incident.summary = (
             f"ECMP collapse on {root.group}: entropy {latest.evidence.get('entropy')}, "
             f"max/mean {latest.evidence.get('max_over_mean')} ({latest.evidence.get('shares')}){job}"

@@ -27,7 +27,7 @@ from fabricwatch.detectors.incident_state import (
 )
 from fabricwatch.detectors.jobs import JobAttribution
 from fabricwatch.detectors.roots import Roots
-from fabricwatch.schemas.messages import Anomaly, Phase, RootCause, Symptom
+from fabricwatch.schemas.messages import Anomaly, PhaseMessage, RootCause, Symptom
 
 _LINK_ERRORS = frozenset({"symbol_errors", "rx_errors", "link_error_recovery", "link_downed"})
 _FIRST_INTERVAL_MAX_NS = 60 * NS
@@ -61,7 +61,7 @@ class Correlator:
     def set_fabric(self, fabric: FabricMap) -> None:
         self.roots.fabric = fabric
 
-    def on_phase(self, phase: Phase) -> None:
+    def on_phase(self, phase: PhaseMessage) -> None:
         self.jobs.on_phase(phase)
 
     def on_symptom(self, symptom: Symptom) -> None:

@@ -19,11 +19,21 @@ from fabricwatch.detectors.stage1 import Stage1
 from fabricwatch.detectors.stage2 import Stage2
 from fabricwatch.detectors.topology import TopologyView
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import Anomaly, DecodeError, Label, Phase, Snapshot, Topology, decode
+from fabricwatch.schemas.messages import (
+    Anomaly,
+    CommGraph,
+    DecodeError,
+    Label,
+    Phase,
+    PhaseMessage,
+    Snapshot,
+    Topology,
+    decode,
+)
 
 _EXPECTED = {
     topics.COUNTERS: Snapshot,
-    topics.PHASES: Phase,
+    topics.PHASES: PhaseMessage,
     topics.TOPOLOGY: Topology,
     topics.LABELS: Label,
 }
@@ -58,8 +68,8 @@ class Pipeline:
     outliers: OutlierStage | None = None
     on_frame: Callable[[RateFrame], None] | None = None
     """Called with every rate frame (e.g. to store rates); None costs nothing."""
-    on_context: Callable[[Phase | Topology], None] | None = None
-    """Called with every decoded phase and topology (e.g. to store them)."""
+    on_context: Callable[[PhaseMessage | Topology], None] | None = None
+    """Called with every decoded phase, communication graph and topology (e.g. to store them)."""
 
     def __post_init__(self) -> None:
         self.stage1 = Stage1(self.config, self.outliers)
@@ -91,7 +101,7 @@ class Pipeline:
             self._dead_letter(where, topics.COUNTERS, self.clock.reason(device))
         return self._tick(self.stage2.ticker.now_ns)
 
-    def _take(self, ts_ns: int, msg: Snapshot | Phase | Topology | Label) -> None:
+    def _take(self, ts_ns: int, msg: Snapshot | PhaseMessage | Topology | Label) -> None:
         if isinstance(msg, Snapshot):
             self.clock.seen(msg.device, ts_ns)
         self._dispatch(msg)
@@ -117,7 +127,7 @@ class Pipeline:
             self._take(ts, snap)
         return anomalies
 
-    def _dispatch(self, msg: Snapshot | Phase | Topology | Label) -> None:
+    def _dispatch(self, msg: Snapshot | PhaseMessage | Topology | Label) -> None:
         if isinstance(msg, Snapshot):
             self.stats.snapshots += 1
             self.stats.values += len(msg.ports) * len(msg.counters)
@@ -127,7 +137,7 @@ class Pipeline:
             self.stats.symptoms += len(symptoms)
             for s in symptoms:
                 self.stage2.on_symptom(s)
-        elif isinstance(msg, Phase):
+        elif isinstance(msg, (Phase, CommGraph)):
             self.stage2.on_phase(msg)
             if self.on_context is not None:
                 self.on_context(msg)

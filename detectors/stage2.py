@@ -11,7 +11,7 @@ from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.incidents import Correlator
 from fabricwatch.detectors.ticks import Ticker
-from fabricwatch.schemas.messages import Anomaly, Phase, Symptom, Topology
+from fabricwatch.schemas.messages import Anomaly, PhaseMessage, Symptom, Topology
 
 
 class Stage2:
@@ -23,7 +23,8 @@ class Stage2:
     def set_topology(self, topology: Topology) -> None:
         self.correlator.set_fabric(FabricMap(topology, self.config.default_link_gbps))
 
-    def on_phase(self, phase: Phase) -> None:
+    def on_phase(self, phase: PhaseMessage) -> None:
+        """A phase or a communication graph of a job."""
         self.correlator.on_phase(phase)
 
     def on_symptom(self, symptom: Symptom) -> None:

@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 _WHO = (
     r"(?:\[(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\] )?"
-    r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):\d+ \[\d+\]"
+    r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[\d+\]"
 )
 _PREFIX = re.compile(_WHO + r" NCCL (?:INFO|WARN) ")
 _WHO_AT_END = re.compile(_WHO + "$")
@@ -54,8 +54,27 @@ _INIT = re.compile(
     r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+) .*?"
     r"commId (?P<commid>0x[0-9a-fA-F]+) - Init COMPLETE"
 )
+_CONNECTION = re.compile(
+    r"(?:Channel (?P<channel>\d+)(?:/(?P<conn>\d+))?|Ring (?P<ring>\d+)) : "
+    r"(?P<src>\d+)(?:\[\w+\])? -> (?P<dst>\d+)(?:\[\w+\])? (?:\[(?P<side>send|receive)\] )?"
+    r"via (?P<transport>[A-Za-z0-9]+)/(?P<rest>.*)"
+)
+"""A connection NCCL set up between two ranks: ``Channel 00/0 : 1[81000] -> 0[81000] [receive] via
+NET/IB/1/GDRDMA`` (2.12 and later, ``/Shared`` and a proxy rank ``NET/IB/0(1)`` when PXN relays it),
+``Channel 01 : 2[c7000] -> 0[87000] [send] via NET/IB/5/GDRDMA`` (2.7-2.11), ``Ring 00 : 0 -> 1
+[send] via NET/IB/0`` (before 2.7); ``via P2P/IPC`` and ``via SHM/direct/direct`` stay in the host
+(src/transport/net.cc, p2p.cc, shm.cc)."""
+_NET_DEV = re.compile(r"(?P<net>[^/]+)/(?P<dev>\d+)")
+_NET_DEVICES = re.compile(r"NET/(?P<net>[^\s:]+) : Using (?P<list>.*)")
+_NET_DEVICE = re.compile(r"\[(?P<index>\d+)\](?P<name>[^\s:\[\]<]+)")
+"""``NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_2:1/IB [RO]; OOB ibp209s0f0:10.128.3.13<0>``: the NICs
+NCCL numbers in ``via NET/IB/<n>`` (src/transport/net_ib.cc; the socket transport lists
+``[0]eth0:10.0.0.1<0>``)."""
 COLL_HINT = ": opCount "
 _INIT_HINT = "Init COMPLETE"
+CONNECTION_HINTS = (" via ", " : Using [")
+"""Text in a connection or NIC-list line, and in no COLL line: a read holding either is read line
+by line (init-time lines are few)."""
 
 DTYPE_BYTES = (1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1)
 """Bytes per element of ``ncclDataType_t`` 0..11: int8, uint8, int32, uint32, int64, uint64,
@@ -106,23 +125,56 @@ class CommInit(NamedTuple):
     rank: int
     nranks: int
     comm_id: str
+    tid: int = 0
+    """The thread that printed it: the one that printed the communicator's connections before."""
+    ts_ns: int | None = None
+    """The line's own time, when NCCL printed one."""
+
+
+class Connection(NamedTuple):
+    """One connection of a communicator's graph, as the process at one end printed it at init."""
+
+    host: str
+    pid: int
+    tid: int
+    channel: int
+    conn: int
+    src: int
+    dst: int
+    side: str
+    """``send`` or ``receive`` for a connection over the network (each end prints its own), else ''."""
+    transport: str
+    """``NET`` (leaves the host), ``P2P``, ``SHM`` (stay in it), ...."""
+    net_dev: int | None
+    """The index of the NIC in the process's ``NET/... : Using`` list, for ``NET``."""
+
+
+class NetDevices(NamedTuple):
+    """The NICs a process's network transport uses, by the index ``via NET/IB/<n>`` names."""
+
+    host: str
+    pid: int
+    names: dict[int, str]
 
 
 class LineError(ValueError):
     """A COLL or INIT line that cannot be read."""
 
 
-def parse_line(line: str) -> CollCall | CommInit | None:
-    """What one log line says: a collective call, a communicator's init, or nothing of ours (None).
-    A line that looks like a COLL or INIT line but cannot be read raises LineError."""
+def parse_line(line: str) -> CollCall | CommInit | Connection | NetDevices | None:
+    """What one log line says: a collective call, a communicator's init, one of its connections,
+    the NICs of the process, or nothing of ours (None). A line that looks like a COLL or INIT line
+    but cannot be read raises LineError."""
     is_coll, is_init = COLL_HINT in line, _INIT_HINT in line
-    if not (is_coll or is_init):
+    if not (is_coll or is_init or any(hint in line for hint in CONNECTION_HINTS)):
         return None
     head = _PREFIX.search(line)
     if head is None:
         return None  # an opCount in someone else's text: not NCCL's line
     rest = line[head.end() :]
     host, pid = head.group("host"), int(head.group("pid"))
+    if not (is_coll or is_init):
+        return _connection(host, pid, int(head.group("tid")), rest)
     if is_coll:
         m = _COLL.match(rest)
         if m is None:
@@ -148,8 +200,46 @@ def parse_line(line: str) -> CollCall | CommInit | None:
     if m is None:
         raise LineError(f"an Init COMPLETE line of an unknown layout: {line.strip()[:120]!r}")
     return CommInit(
-        host, pid, m.group("comm"), int(m.group("rank")), int(m.group("nranks")), m.group("commid")
+        host,
+        pid,
+        m.group("comm"),
+        int(m.group("rank")),
+        int(m.group("nranks")),
+        m.group("commid"),
+        int(head.group("tid")),
+        _stamp(head.group("ts")) if head.group("ts") else None,
     )
+
+
+def _connection(host: str, pid: int, tid: int, rest: str) -> Connection | NetDevices | None:
+    """A connection line or the NIC list (``_CONNECTION``, ``_NET_DEVICES``); other lines that
+    happen to hold `` via `` are not ours (None)."""
+    m = _CONNECTION.match(rest)
+    if m is not None:
+        dev = None
+        if m["transport"] == "NET":
+            net = _NET_DEV.match(m["rest"])
+            if net is None:
+                raise LineError(f"a connection over NET without a NIC index: {rest.strip()[:120]!r}")
+            dev = int(net["dev"])
+        channel = m["channel"] if m["channel"] is not None else m["ring"]
+        return Connection(
+            host,
+            pid,
+            tid,
+            int(channel),
+            int(m["conn"] or 0),
+            int(m["src"]),
+            int(m["dst"]),
+            m["side"] or "",
+            m["transport"],
+            dev,
+        )
+    listed = _NET_DEVICES.match(rest)
+    if listed is None:
+        return None
+    names = {int(d["index"]): d["name"] for d in _NET_DEVICE.finditer(listed["list"])}
+    return NetDevices(host, pid, names) if names else None
 
 
 def scan(text: str) -> tuple[list[CollCall], int]:

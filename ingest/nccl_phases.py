@@ -1,5 +1,6 @@
-"""NCCL/RCCL log lines into phases: each line parsed (``nccl_log``), calls coalesced
-(``phase_coalescer``), and every line that cannot be read counted and said once per kind.
+"""NCCL/RCCL log lines into phases and communication graphs: each line parsed (``nccl_log``), calls
+coalesced (``phase_coalescer``), connections gathered per communicator (``comm_graph``), and every
+line that cannot be read counted and said once per kind.
 
 One bad line costs only itself: a COLL line cut short, one of a layout this build does not know, a
 datatype past NCCL's, bytes that are not UTF-8. Untimed lines are stamped with the time they were
@@ -14,9 +15,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fabricwatch.ingest.nccl_log import COLL_HINT, CollCall, CommInit, LineError, parse_line, scan
+from fabricwatch.ingest.comm_graph import GraphBuilder, GraphStats
+from fabricwatch.ingest.nccl_log import (
+    COLL_HINT,
+    CONNECTION_HINTS,
+    CollCall,
+    CommInit,
+    Connection,
+    LineError,
+    NetDevices,
+    parse_line,
+    scan,
+)
 from fabricwatch.ingest.phase_coalescer import PhaseCoalescer
-from fabricwatch.schemas.messages import Phase
+from fabricwatch.schemas.messages import PhaseMessage
 
 UNTIMED = (
     "COLL lines without a time cannot be placed when importing a finished log; log with "
@@ -36,7 +48,7 @@ class ReadStats:
 
 class NcclPhaseReader:
     """Feed lines with ``line``; it returns the phases that closed. ``due`` and ``close_all``
-    close idle and remaining phases."""
+    close idle and remaining phases, and give the communication graphs that gained edges."""
 
     def __init__(
         self,
@@ -47,12 +59,13 @@ class NcclPhaseReader:
         said: set[str] | None = None,
     ) -> None:
         self.coalescer = coalescer
+        self.graph = GraphBuilder(coalescer.job, coalescer.source)
         self.stats = stats if stats is not None else ReadStats()
         self._warn = warn
         self._stamp_untimed = stamp_untimed
         self._said = said if said is not None else set()
 
-    def line(self, text: str, read_ns: int | None = None) -> list[Phase]:
+    def line(self, text: str, read_ns: int | None = None) -> list[PhaseMessage]:
         self.stats.lines += 1
         if "\ufffd" in text:
             self._problem("not UTF-8", f"a line with bytes that are not UTF-8: {text.strip()[:100]!r}")
@@ -61,25 +74,38 @@ class NcclPhaseReader:
         except LineError as exc:
             self._problem(str(exc).split(":")[0], str(exc))
             return []
+        now = read_ns if read_ns is not None else time.time_ns()
         if isinstance(parsed, CommInit):
             self.stats.inits += 1
             self.coalescer.init(parsed)
+            self.graph.init(parsed, now)
             return []
-        if not isinstance(parsed, CollCall):
+        if isinstance(parsed, Connection):
+            self.graph.connection(parsed, now)
+            return []
+        if isinstance(parsed, NetDevices):
+            self.graph.devices(parsed)
+            return []
+        if parsed is None:
             return []
         self.stats.calls += 1
         if parsed.ts_ns is None and not self._stamp_untimed:
             self._untimed(1)
             return []
-        return self.coalescer.call(parsed, read_ns if read_ns is not None else time.time_ns())
+        return list(self.coalescer.call(parsed, now))
 
-    def chunk(self, text: str, read_ns: int | None = None) -> list[Phase]:
+    def chunk(self, text: str, read_ns: int | None = None) -> list[PhaseMessage]:
         """Many lines at once (what one read of a file gave, ending with a newline): the phases
         ``line`` would give for each, from one regex scan of the whole text. Text that holds
-        anything the scan does not cover (an INIT line, bytes that are not UTF-8, a COLL-like line
-        it cannot read) goes line by line, so every problem is still counted and said."""
+        anything the scan does not cover (an INIT or connection line, bytes that are not UTF-8, a
+        COLL-like line it cannot read) goes line by line, so every problem is still counted and said."""
         calls, matched = scan(text)
-        if "Init COMPLETE" in text or "\ufffd" in text or sum(c.n for c in calls) != text.count(COLL_HINT):
+        if (
+            "Init COMPLETE" in text
+            or "\ufffd" in text
+            or any(hint in text for hint in CONNECTION_HINTS)
+            or sum(c.n for c in calls) != text.count(COLL_HINT)
+        ):
             return [ph for line in text.splitlines() for ph in self.line(line, read_ns)]
         self.stats.lines += text.count("\n")
         self.stats.calls += matched
@@ -88,26 +114,26 @@ class NcclPhaseReader:
             if len(timed) < len(calls):
                 self._untimed(sum(c.n for c in calls if c.ts_ns is None))
             calls = timed
-        return self.coalescer.calls(calls, read_ns if read_ns is not None else time.time_ns())
+        return list(self.coalescer.calls(calls, read_ns if read_ns is not None else time.time_ns()))
 
-    def record(self, rec: CollCall | CommInit) -> list[Phase]:
+    def record(self, rec: CollCall | CommInit) -> list[PhaseMessage]:
         """A call or a communicator from another record of the job (``phase_formats``), timed."""
         if isinstance(rec, CommInit):
             self.stats.inits += 1
             self.coalescer.init(rec)
             return []
         self.stats.calls += rec.n
-        return self.coalescer.call(rec, rec.ts_ns or 0)
+        return list(self.coalescer.call(rec, rec.ts_ns or 0))
 
     def problem(self, kind: str, text: str) -> None:
         """Something that cost a line or a record: counted, and said once per kind."""
         self._problem(kind, text)
 
-    def due(self, now_ns: int) -> list[Phase]:
-        return self.coalescer.due(now_ns)
+    def due(self, now_ns: int) -> list[PhaseMessage]:
+        return [*self.graph.due(now_ns), *self.coalescer.due(now_ns)]
 
-    def close_all(self) -> list[Phase]:
-        return self.coalescer.close_all()
+    def close_all(self) -> list[PhaseMessage]:
+        return [*self.graph.close_all(), *self.coalescer.close_all()]
 
     def _untimed(self, n: int) -> None:
         self.stats.untimed += n
@@ -145,6 +171,16 @@ class JobReaders:
     def phases(self) -> int:
         return sum(r.coalescer.stats.phases for r in self._readers.values())
 
+    @property
+    def graph_stats(self) -> GraphStats:
+        """The graph builders' counts, summed over jobs."""
+        total = GraphStats()
+        for r in self._readers.values():
+            total.connections += r.graph.stats.connections
+            total.unbound += r.graph.stats.unbound
+            total.graphs += r.graph.stats.graphs
+        return total
+
     def reader(self, path: str) -> NcclPhaseReader:
         job = self._job or Path(path).parent.name
         found = self._readers.get(job)
@@ -154,8 +190,8 @@ class JobReaders:
             self._readers[job] = found
         return found
 
-    def due(self, now_ns: int) -> list[Phase]:
+    def due(self, now_ns: int) -> list[PhaseMessage]:
         return [ph for r in self._readers.values() for ph in r.due(now_ns)]
 
-    def close_all(self) -> list[Phase]:
+    def close_all(self) -> list[PhaseMessage]:
         return [ph for r in self._readers.values() for ph in r.close_all()]

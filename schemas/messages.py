@@ -109,6 +109,47 @@ class Phase(msgspec.Struct, tag="phase", tag_field="type", omit_defaults=True):
         return self.hosts or sorted(set(self.rank_hosts.values()))
 
 
+class Edge(msgspec.Struct, frozen=True, array_like=True):
+    """One connection of a communicator: rank ``src`` sends to rank ``dst`` on ``channel``, as the
+    end on the reporting host saw it (``side``), through its NIC ``nic`` when it leaves the host."""
+
+    src: int
+    dst: int
+    channel: int
+    conn: int = 0
+    side: Literal["send", "receive", ""] = ""
+    transport: str = "NET"
+    nic: str = ""
+
+
+class CommGraph(msgspec.Struct, tag="comm_graph", tag_field="type", omit_defaults=True):
+    """Who talks to whom in one communicator of a job, as one host's NCCL INIT lines say: its own
+    ranks (``rank_hosts``) and the connections they set up. Stage 2 joins the hosts' graphs of a
+    communicator, and its phases' rank maps, into host pairs; a graph sent twice, late or out of
+    order adds nothing twice (edges are a set)."""
+
+    job: str
+    comm: str
+    ts_ns: int
+    host: str
+    edges: list[Edge]
+    rank_hosts: dict[int, str] = msgspec.field(default_factory=dict)
+    nranks: int = 0
+    source: str = ""
+    v: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        _check_stamp(self.ts_ns)
+        if self.nranks:
+            for e in self.edges:
+                if not (0 <= e.src < self.nranks and 0 <= e.dst < self.nranks):
+                    raise ValueError(f"edge {e.src} -> {e.dst} is outside the {self.nranks} ranks")
+
+
+PhaseMessage = Phase | CommGraph
+"""What ``fabric.phases`` carries."""
+
+
 class Device(msgspec.Struct, frozen=True, omit_defaults=True):
     id: str
     kind: Literal["host", "nic", "leaf", "spine"]
@@ -457,6 +498,7 @@ def _check_matrix(ts_ns: int, ports: list[str], values: list[list], ncols: int, 
 Message = (
     Snapshot
     | Phase
+    | CommGraph
     | Topology
     | Symptom
     | Watermark

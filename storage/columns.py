@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from fabricwatch.schemas.messages import Anomaly, Phase, Topology
+from fabricwatch.schemas.messages import Anomaly, CommGraph, Phase, Topology
 
 
 def anomaly_columns(new: list[Anomaly]) -> dict:
@@ -51,6 +51,35 @@ def phase_columns(new: list[Phase]) -> dict:
         "hosts": [p.participants() for p in new],
         "root_rank": [p.root_rank for p in new],
         "source": [p.source for p in new],
+    }
+
+
+def edge_columns(graphs: list[CommGraph]) -> dict:
+    """The ``comm_edges`` columns: one row per connection each host reported."""
+    rows = [(g, e) for g in graphs for e in g.edges]
+    return {
+        "job": [g.job for g, _ in rows],
+        "comm": [g.comm for g, _ in rows],
+        "host": [g.host for g, _ in rows],
+        "ts_ns": np.array([g.ts_ns for g, _ in rows], dtype=np.uint64),
+        "src_rank": np.array([e.src for _, e in rows], dtype=np.uint32),
+        "dst_rank": np.array([e.dst for _, e in rows], dtype=np.uint32),
+        "channel": np.array([e.channel for _, e in rows], dtype=np.uint16),
+        "conn": np.array([e.conn for _, e in rows], dtype=np.uint16),
+        "side": [e.side for _, e in rows],
+        "transport": [e.transport for _, e in rows],
+        "nic": [e.nic for _, e in rows],
+    }
+
+
+def rank_columns(ranks: list[tuple[str, str, int, str, int]]) -> dict:
+    """The ``comm_ranks`` columns of (job, comm, rank, host, ts_ns) rows."""
+    return {
+        "job": [r[0] for r in ranks],
+        "comm": [r[1] for r in ranks],
+        "rank": np.array([r[2] for r in ranks], dtype=np.uint32),
+        "host": [r[3] for r in ranks],
+        "ts_ns": np.array([r[4] for r in ranks], dtype=np.uint64),
     }
 
 

@@ -28,7 +28,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import Anomaly, DecodeError, Phase, PortRates, RatesBatch, Topology, decode
+from fabricwatch.schemas.messages import (
+    Anomaly,
+    DecodeError,
+    PhaseMessage,
+    PortRates,
+    RatesBatch,
+    Topology,
+    decode,
+)
 from fabricwatch.storage.backends import StoreError
 from fabricwatch.storage.sink import DEFAULT_MAX_DELAY_S, DEFAULT_MAX_ROWS, Sink, SinkStats
 from fabricwatch.storage.store import Store
@@ -44,7 +52,7 @@ _JOIN_GRACE_S = 60.0
 SINK_TOPICS = {
     topics.RATES: PortRates | RatesBatch,
     topics.ANOMALIES: Anomaly,
-    topics.PHASES: Phase,
+    topics.PHASES: PhaseMessage,
     topics.TOPOLOGY: Topology,
 }
 

@@ -18,6 +18,7 @@ from fabricwatch.storage.schema import (
     SchemaOptions,
     anomalies_latest,
     anomaly_events,
+    comm_graph,
     device_latest,
     metrics_v4,
     phases,
@@ -49,6 +50,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "anomalies_latest: newest event per incident, backfilled", anomalies_latest),
     Migration(3, "rollups as plain sums, counts and maxima, each view reading raw rows", rollups_v3),
     Migration(4, "link health, drops, PG watermarks and PFC watchdog metrics", metrics_v4),
+    Migration(5, "comm_edges, comm_ranks: each job's communication graph", comm_graph),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 
@@ -78,7 +80,8 @@ def current_ddl(dialect: Dialect, opts: SchemaOptions) -> list[str]:
     out = rates_raw(g)
     for name in ROLLUPS:
         out += [*rollup_table(g, name, name), rollup_view(g, name)]
-    return out + device_latest(g) + anomaly_events(g) + phases(g) + topology(g) + anomalies_latest(g)
+    tail = phases(g) + topology(g) + anomalies_latest(g) + comm_graph(g)
+    return out + device_latest(g) + anomaly_events(g) + tail
 
 
 def full_ddl(dialect: Dialect, opts: SchemaOptions | None = None) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.detectors.summary import summarise
-from fabricwatch.schemas.messages import Anomaly, Phase, Topology
+from fabricwatch.schemas.messages import Anomaly, PhaseMessage, Topology
 from fabricwatch.storage.sink import Sink
 
 
@@ -27,11 +27,8 @@ class PipelineRecorder:
         self.sink.add_rates(summarise(frame, line))
         self.sink.maybe_flush()
 
-    def on_context(self, msg: Phase | Topology) -> None:
-        if isinstance(msg, Phase):
-            self.sink.add_phase(msg)
-        else:
-            self.sink.add_topology(msg)
+    def on_context(self, msg: PhaseMessage | Topology) -> None:
+        self.sink.add(msg)
 
     def on_anomalies(self, events: list[Anomaly]) -> None:
         for a in events:

@@ -495,6 +495,42 @@ def phases(g: DDL) -> list[str]:
     )
 
 
+def comm_graph(g: DDL) -> list[str]:
+    """Each job's communication graph (``CommGraph``): its connections as each host reported them,
+    and which host each rank is on (from the graphs and the phases). A graph or phase stored twice
+    merges away (ReplacingMergeTree on the whole identity); readers take DISTINCT rows."""
+    d = g.d
+    head = [f"job {d.lc()}", "comm String"]
+    edges = g.table(
+        "comm_edges",
+        [
+            *head,
+            f"host {d.lc()}",
+            "ts_ns UInt64",
+            "src_rank UInt32",
+            "dst_rank UInt32",
+            "channel UInt16",
+            "conn UInt16",
+            f"side {d.lc()}",
+            f"transport {d.lc()}",
+            "nic String",
+        ],
+        "ReplacingMergeTree",
+        "job, comm, host, src_rank, dst_rank, channel, conn, side",
+        version="ts_ns",
+        shard_key="cityHash64(job)",
+    )
+    ranks = g.table(
+        "comm_ranks",
+        [*head, "rank UInt32", "host String", "ts_ns UInt64"],
+        "ReplacingMergeTree",
+        "job, comm, rank",
+        version="ts_ns",
+        shard_key="cityHash64(job)",
+    )
+    return edges + ranks
+
+
 def topology(g: DDL) -> list[str]:
     """One row per element per topology snapshot (``topo_ns`` its time): the current fabric is the
     rows of ``max(topo_ns)``, and a removed link disappears with the next snapshot."""

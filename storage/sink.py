@@ -26,13 +26,31 @@ from typing import Any, Self
 
 import numpy as np
 
-from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, Anomaly, Phase, PortRates, RatesBatch, Topology
+from fabricwatch.schemas.messages import (
+    PORT_RATE_COLUMNS,
+    Anomaly,
+    CommGraph,
+    Phase,
+    PortRates,
+    RatesBatch,
+    Topology,
+)
 from fabricwatch.storage.backends import Labels, StoreError, lit
-from fabricwatch.storage.columns import Interner, anomaly_columns, phase_columns, topology_columns
+from fabricwatch.storage.columns import (
+    Interner,
+    anomaly_columns,
+    edge_columns,
+    phase_columns,
+    rank_columns,
+    topology_columns,
+)
 from fabricwatch.storage.store import Store
 
 DEFAULT_MAX_ROWS = 200_000
 DEFAULT_MAX_DELAY_S = 5.0
+RANKS_REMEMBERED = 100_000
+"""(job, communicator, rank, host) rows already buffered or stored: every phase repeats its rank map,
+and storing it once is enough. Past this the memory starts again (the table merges repeats)."""
 
 
 @dataclass
@@ -43,6 +61,7 @@ class SinkStats:
     rate_rows_skipped: int = 0
     anomalies: int = 0
     phases: int = 0
+    graph_edges: int = 0
     topologies: int = 0
     duplicates_skipped: int = 0
     insert_s: float = 0.0
@@ -82,6 +101,9 @@ class Sink:
         self._rates = _RatesBuffer()
         self._anomalies: list[Anomaly] = []
         self._phases: list[Phase] = []
+        self._graphs: list[CommGraph] = []
+        self._ranks: list[tuple[str, str, int, str, int]] = []
+        self._ranks_seen: set[tuple[str, str, int, str]] = set()
         self._topologies: list[Topology] = []
         self._stored_until: dict[str, int] = {}
         self._devices, self._kinds, self._ports = Interner(), Interner(), Interner()
@@ -90,7 +112,7 @@ class Sink:
 
     # --- buffering -------------------------------------------------------------------------------
 
-    def add(self, msg: PortRates | RatesBatch | Anomaly | Phase | Topology) -> None:
+    def add(self, msg: PortRates | RatesBatch | Anomaly | Phase | CommGraph | Topology) -> None:
         """Any message the store keeps, to its table."""
         if isinstance(msg, PortRates):
             self.add_rates(msg)
@@ -100,6 +122,8 @@ class Sink:
             self.add_anomaly(msg)
         elif isinstance(msg, Phase):
             self.add_phase(msg)
+        elif isinstance(msg, CommGraph):
+            self.add_graph(msg)
         else:
             self.add_topology(msg)
 
@@ -126,7 +150,22 @@ class Sink:
 
     def add_phase(self, msg: Phase) -> None:
         self._phases.append(msg)
+        self._add_ranks(msg.job, msg.comm, msg.rank_hosts, msg.begin_ns)
         self._touch()
+
+    def add_graph(self, msg: CommGraph) -> None:
+        self._graphs.append(msg)
+        self._add_ranks(msg.job, msg.comm, msg.rank_hosts, msg.ts_ns)
+        self._touch()
+
+    def _add_ranks(self, job: str, comm: str, rank_hosts: dict[int, str], ts_ns: int) -> None:
+        if len(self._ranks_seen) > RANKS_REMEMBERED:
+            self._ranks_seen.clear()
+        for rank, host in rank_hosts.items():
+            key = (job, comm, rank, host)
+            if key not in self._ranks_seen:
+                self._ranks_seen.add(key)
+                self._ranks.append((job, comm, rank, host, ts_ns))
 
     def add_topology(self, msg: Topology) -> None:
         self._topologies.append(msg)
@@ -134,7 +173,8 @@ class Sink:
 
     @property
     def pending_rows(self) -> int:
-        return self._rates.rows + len(self._anomalies) + len(self._phases) + len(self._topologies)
+        graphs = len(self._graphs) + len(self._ranks)
+        return self._rates.rows + len(self._anomalies) + len(self._phases) + graphs + len(self._topologies)
 
     def due(self) -> bool:
         if self._first_at is None:
@@ -181,6 +221,8 @@ class Sink:
             if self._phases:
                 self._insert_phases()
                 self._phases = []
+            if self._graphs or self._ranks:
+                self._insert_graphs()
             if self._rates.messages:
                 self._insert_rates()
                 self._rates = _RatesBuffer()
@@ -199,6 +241,8 @@ class Sink:
         """Drop what is buffered (its records were not committed: another consumer reads them)."""
         self._rates = _RatesBuffer()
         self._anomalies, self._phases, self._topologies = [], [], []
+        self._graphs, self._ranks = [], []
+        self._ranks_seen.clear()
         self._first_at = None
 
     def forget_positions(self) -> None:
@@ -316,6 +360,17 @@ class Sink:
         columns = phase_columns(new)
         self.store.backend.insert(self.store.table("phases"), columns)
         self.stats.phases += len(new)
+
+    def _insert_graphs(self) -> None:
+        """Edges and rank rows as they come: the tables merge repeats (a graph re-read after a
+        restart), and every reader takes DISTINCT rows, so no key check is needed first."""
+        if self._graphs:
+            self.store.backend.insert(self.store.table("comm_edges"), edge_columns(self._graphs))
+            self.stats.graph_edges += sum(len(g.edges) for g in self._graphs)
+            self._graphs = []
+        if self._ranks:
+            self.store.backend.insert(self.store.table("comm_ranks"), rank_columns(self._ranks))
+            self._ranks = []
 
     def _insert_topologies(self) -> None:
         times = ", ".join(str(t.ts_ns) for t in self._topologies)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import DecodeError, Phase, Topology, decode
+from fabricwatch.schemas.messages import DecodeError, PhaseMessage, Topology, decode
 
 if TYPE_CHECKING:
     from fabricwatch.streams.worker_context import Worker
@@ -53,7 +53,7 @@ async def _follow(consumer: AIOKafkaConsumer, w: Worker) -> None:
 
 
 def _apply(topic: str, value: bytes, w: Worker) -> None:
-    expected = Topology if topic == topics.TOPOLOGY else Phase
+    expected = Topology if topic == topics.TOPOLOGY else PhaseMessage
     try:
         msg = decode(value, expected)
     except DecodeError as exc:

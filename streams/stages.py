@@ -24,7 +24,7 @@ from fabricwatch.detectors.summary import summarise_batch
 from fabricwatch.schemas.messages import (
     Anomaly,
     DecodeError,
-    Phase,
+    PhaseMessage,
     Snapshot,
     Symptom,
     SymptomBatch,
@@ -321,7 +321,7 @@ class Stage2Worker:
     def set_topology(self, topology: Topology) -> None:
         self.core.set_topology(topology)
 
-    def on_phase(self, phase: Phase) -> None:
+    def on_phase(self, phase: PhaseMessage) -> None:
         self.core.on_phase(phase)
 
     @property

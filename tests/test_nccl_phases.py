@@ -38,8 +38,12 @@ def test_the_real_coll_lines_read_exactly():
 
 def test_the_real_init_log_gives_the_communicator_and_nothing_else_is_mistaken():
     parsed = [parse_line(line) for line in INIT_LOG.splitlines()]
-    inits = [p for p in parsed if p is not None]
-    assert inits == [CommInit("n013", 101855, "0x72a6b00", 0, 2, "0xb2f794396f6d0bd1")]
+    ours = [p for p in parsed if p is not None]
+    assert [p for p in ours if isinstance(p, CommInit)] == [
+        CommInit("n013", 101855, "0x72a6b00", 0, 2, "0xb2f794396f6d0bd1", tid=101885)
+    ]
+    assert [type(p).__name__ for p in ours].count("Connection") == 6, "the six `via NET/IB/1` lines"
+    assert len(ours) == 8, "and the NIC list: nothing else in the log is taken for ours"
 
 
 @pytest.mark.parametrize(

@@ -35,17 +35,33 @@ def without_job(src: Path, dest: Path, job: str) -> Phase:
 
 def nccl_logs(folder: Path, phase: Phase) -> list[Path]:
     """One log per rank of ``phase``'s hosts, as NCCL writes them with NCCL_DEBUG_SUBSYS=INIT,COLL
-    and NCCL_DEBUG_TIMESTAMP_LEVELS=INFO (default format ``[%F %T] ``, local time): a Reduce to
-    the receiver every 20 ms from the phase's begin to its end."""
+    and NCCL_DEBUG_TIMESTAMP_LEVELS=INFO (default format ``[%F %T] ``, local time): the NICs, the
+    connections of two rings (rank r sends to r+1 on channel 0 and to r-1 on channel 1, each end
+    printing its side) and the init, 5 s before the phase; then a Reduce to the receiver every
+    20 ms from the phase's begin to its end."""
     hosts = phase.participants()
     root = hosts.index("h010")
+    n = len(hosts)
+    init = time.strftime("[%Y-%m-%d %H:%M:%S]", time.localtime(phase.begin_ns // 10**9 - 5))
     paths = []
     for rank, host in enumerate(hosts):
         pid = 7000 + rank
+        who = f"{init} {host}:{pid}:{pid}"
         lines = [
-            f"{host}:{pid}:{pid} [0] NCCL INFO comm 0x{rank:x}0 rank {rank} nranks {len(hosts)} "
-            "cudaDev 0 busId 1b000 commId 0x5eed - Init COMPLETE"
+            f"{who} [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE; OOB eth0:10.0.0.{rank}<0>"
         ]
+        for channel, step in ((0, 1), (1, -1)):  # two rings, one each way, as NCCL builds them
+            nxt, prev = (rank + step) % n, (rank - step) % n
+            lines += [
+                f"{who} [0] NCCL INFO Channel {channel:02d}/0 : {prev}[1b000] -> {rank}[1b000] "
+                f"[receive] via NET/IB/{channel}/GDRDMA",
+                f"{who} [0] NCCL INFO Channel {channel:02d}/0 : {rank}[1b000] -> {nxt}[1b000] "
+                f"[send] via NET/IB/{channel}/GDRDMA",
+            ]
+        lines.append(
+            f"{who} [0] NCCL INFO comm 0x{rank:x}0 rank {rank} nranks {n} "
+            "cudaDev 0 busId 1b000 commId 0x5eed - Init COMPLETE"
+        )
         for t_ns in range(phase.begin_ns, phase.end_ns, 20_000_000):
             stamp = time.strftime("[%Y-%m-%d %H:%M:%S]", time.localtime(t_ns // 10**9))
             lines.append(
@@ -85,3 +101,8 @@ def test_a_job_s_nccl_logs_name_it_and_its_collective_in_the_incast(tmp_path, ca
     assert after["jobs"][0] == "moe-real", after["jobs"]
     assert any(c.startswith("Reduce comm 0x5eed") for c in after["collectives"]), after["collectives"]
     assert after["root"] == before["root"], "the same incast, now named"
+    hosts = simulated.participants()
+    root, n = hosts.index("h010"), len(hosts)
+    neighbours = sorted({(root - 1) % n, (root + 1) % n})
+    assert after["evidence"]["sending_ranks"] == ", ".join(map(str, neighbours)), after["evidence"]
+    assert f"from ranks {after['evidence']['sending_ranks']}" in after["summary"]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from fabricwatch.cli import options
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import Phase, encode
+from fabricwatch.schemas.messages import CommGraph, Phase, PhaseMessage, encode
 
 if TYPE_CHECKING:
     from fabricwatch.ingest.nccl_phases import JobReaders
@@ -116,7 +116,7 @@ def _import(args: argparse.Namespace, readers: JobReaders) -> int:
     from fabricwatch.ingest.phase_formats import FormatError, detect, records
     from fabricwatch.schemas.trace import TraceWriter
 
-    phases: list[Phase] = []
+    phases: list[PhaseMessage] = []
     failed = 0
     for path in args.files:
         reader = readers.reader(str(path))
@@ -135,13 +135,14 @@ def _import(args: argparse.Namespace, readers: JobReaders) -> int:
             failed += 1
             _warn(f"{path}: {exc}; skipped")
     phases += readers.close_all()
-    phases.sort(key=lambda ph: ph.begin_ns)
+    _graphs_before_their_phases(phases)
+    phases.sort(key=_at)
     with TraceWriter(
         args.out, "phases import", time.time_ns(), {"jobs": sorted({p.job for p in phases})}
     ) as w:
         for ph in phases:
-            w.write_message(topics.PHASES, ph.job, ph.begin_ns, ph)
-    _summary(readers, len(phases), args.out)
+            w.write_message(topics.PHASES, ph.job, _at(ph), ph)
+    _summary(readers, args.out)
     return 0 if phases and not failed else 1
 
 
@@ -155,19 +156,18 @@ def _collect(args: argparse.Namespace, readers: JobReaders) -> int:
     if not 0.01 <= args.interval <= 10:
         raise ValueError("--interval must be between 0.01 and 10 seconds")
     stopping = options.Stopping()
-    sent = 0
     with ExitStack() as stack:
         outputs = []
         publisher = None
         if args.out is not None:
             writer = stack.enter_context(TraceWriter(args.out, "phases collect", time.time_ns(), {}))
-            outputs.append(lambda ph: writer.write_message(topics.PHASES, ph.job, ph.begin_ns, ph))
+            outputs.append(lambda ph: writer.write_message(topics.PHASES, ph.job, _at(ph), ph))
         if publishing(args):
             settings = options.broker_settings(args)
             ensure_topics(settings, [topics.PHASES])
             publisher = Publisher(settings)
             stack.callback(_close_publisher, publisher)
-            outputs.append(lambda ph: publisher.send(topics.PHASES, ph.job, encode(ph), ph.begin_ns))
+            outputs.append(lambda ph: publisher.send(topics.PHASES, ph.job, encode(ph), _at(ph)))
         if not outputs:
             raise ValueError("nowhere to put the phases: give --broker HOST:PORT, --out TRACE, or both")
         tail = stack.enter_context(LogTail(args.log, args.from_start))
@@ -183,21 +183,19 @@ def _collect(args: argparse.Namespace, readers: JobReaders) -> int:
             for ph in closed:
                 for put in outputs:
                     put(ph)
-            sent += len(closed)
             reads += 1
             metrics.observe_read(time.monotonic() - began)
             stopping.event.wait(args.interval)
         for ph in readers.close_all():
             for put in outputs:
                 put(ph)
-            sent += 1
         t = tail.stats
         print(
             f"followed {t.files} files: {t.lines} lines ({t.rotations} rotations, {t.truncations} "
             f"truncations, {t.vanished} removed, {t.not_utf8} not UTF-8)",
             file=sys.stderr,
         )
-    _summary(readers, sent, args.out)
+    _summary(readers, args.out)
     return stopping.exit_code
 
 
@@ -207,12 +205,33 @@ def _close_publisher(publisher: Publisher) -> None:
     print(f"published {s.acked} of {s.sent} phases ({s.failed} failed, {s.dropped} dropped)", file=sys.stderr)
 
 
-def _summary(readers: JobReaders, phases: int, out: Path | None) -> None:
-    s = readers.stats
+def _graphs_before_their_phases(messages: list[PhaseMessage]) -> None:
+    """A graph whose init line had no time of its own was stamped when it was read: in a finished
+    log that is long after its phases, so it is placed at its communicator's first phase instead
+    (replay gives stage 2 the graph before the collectives it explains)."""
+    first: dict[tuple[str, str], int] = {}
+    for m in messages:
+        if isinstance(m, Phase):
+            key = (m.job, m.comm)
+            first[key] = min(first.get(key, m.begin_ns), m.begin_ns)
+    for m in messages:
+        if isinstance(m, CommGraph) and (m.job, m.comm) in first:
+            m.ts_ns = min(m.ts_ns, first[(m.job, m.comm)])
+
+
+def _at(msg: PhaseMessage) -> int:
+    """A message's time on the topic: a phase's first call, a graph's init."""
+    return msg.ts_ns if isinstance(msg, CommGraph) else msg.begin_ns
+
+
+def _summary(readers: JobReaders, out: Path | None) -> None:
+    s, g = readers.stats, readers.graph_stats
     where = f" to {out}" if out is not None else ""
     print(
-        f"{s.calls} collective calls and {s.inits} communicator inits in {s.lines} lines made {phases} "
-        f"phases{where}; {sum(s.problems.values())} lines skipped, {s.untimed} calls without a time"
+        f"{s.calls} collective calls and {s.inits} communicator inits in {s.lines} lines made "
+        f"{readers.phases} phases and {g.graphs} graphs of {g.connections} connections{where}; "
+        f"{sum(s.problems.values())} lines skipped, {s.untimed} calls without a time, "
+        f"{g.unbound} connections of no known communicator"
     )
 
 
