@@ -8,7 +8,11 @@ longer holds (it keeps two days) it reads the finest rollup that has it. The cha
 - one timeline per port of interest (anomaly roots first, then the most paused / busiest ports):
   utilisation, pause time, ECN marks and queue depth, with the anomalies touching the port shaded;
 - ECMP member shares per group over time;
-- heatmaps of ports x time for transmit utilisation and pause time.
+- heatmaps of ports x time for transmit utilisation and pause time;
+- per job (the ones that moved the most bytes): its collectives over time above the leaf ports its
+  hosts are cabled to (utilisation, pause, ECN, queue), anomalies shaded on both, so an incident
+  shows which collective was running when it began; and its host-pair heat map, the connections
+  its communication graphs open from host to host.
 
 Rates are bucketed so a chart has at most ``max_points`` points whatever the range, each drawn as a
 step over its bucket (a peak shows where it happened); matplotlib runs on its Agg backend.
@@ -51,6 +55,7 @@ def write_report(
     max_groups: int = 6,
     heatmap_ports: int = 40,
     max_points: int = 600,
+    max_jobs: int = 4,
     size_px: tuple[int, int] = (1200, 900),
     resolution: str | None = None,
     on_chart: Callable[[Path], None] | None = None,
@@ -90,6 +95,17 @@ def write_report(
         grid = queries.heatmap_grid(store, src, metric, lo, hi, bucket_ns, heatmap_ports)
         if grid is not None:
             wrote(_heatmap_chart(grid, title, out_dir / name, size_px))
+    for job in queries.jobs_in_range(store, lo, hi, max_jobs):
+        phases = queries.job_phases(store, job, lo, hi)
+        hosts = {h for ph in phases for h in ph.hosts}
+        roots = {(i.root_device, i.root_port) for i in incidents if job in i.jobs}
+        ports = sorted(queries.host_ports(store, hosts), key=lambda p: (p not in roots, p))[:max_ports]
+        series = {p: queries.port_series(store, src, *p, lo, hi, bucket_ns) for p in ports}
+        path = out_dir / f"job-{_slug(job)}-timeline.png"
+        wrote(_job_timeline(job, phases, series, incidents, path, size_px))
+        pairs = queries.host_pairs(store, job)
+        if pairs:
+            wrote(_pairs_chart(job, pairs, out_dir / f"job-{_slug(job)}-host-pairs.png", size_px))
     written.append(_index(out_dir, written, incidents, lo, hi))
     return written
 
@@ -217,6 +233,89 @@ def _heatmap_chart(grid: Grid, title: str, path: Path, size_px: tuple[int, int])
     ax.set_title(title, fontsize="medium")
     fig.colorbar(image, ax=ax, fraction=0.03, pad=0.01)
     _time_axis(ax)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _job_timeline(
+    job: str,
+    phases: list[queries.JobPhase],
+    ports: dict[tuple[str, str], Series],
+    incidents: list[Incident],
+    path: Path,
+    size_px: tuple[int, int],
+) -> Path:
+    """The job's collectives, one row per collective, over the metrics of the ports its hosts use."""
+    fig, axes = _figure(size_px, 5)
+    ops = sorted({ph.op for ph in phases})
+    for row, op in enumerate(ops):
+        spans = [
+            (mdates.date2num(np.datetime64(ph.begin_ns, "ns")), _span_days(ph))
+            for ph in phases
+            if ph.op == op
+        ]
+        axes[0].broken_barh(spans, (row - 0.4, 0.8), color=f"C{row % 10}")
+    axes[0].set_yticks(range(len(ops)))
+    axes[0].set_yticklabels(ops, fontsize="small")
+    axes[0].set_ylim(-0.6, max(len(ops), 1) - 0.4)
+    panels = (
+        ("utilisation\n(tx %)", "tx_util", 100.0),
+        ("paused by peer\n(%)", "rx_pause_frac", 100.0),
+        ("ECN marks\n(packets/s)", "ecn_marked_pps", 1.0),
+        ("queue\n(KB)", "queue_bytes_max", 1e-3),
+    )
+    for ax, (label, metric, scale) in zip(axes[1:], panels, strict=True):
+        for (device, port), series in ports.items():
+            values = series.columns[metric] * scale
+            if np.isfinite(values).any():
+                ax.plot(series.times, values, label=f"{device}:{port}", lw=1.0, drawstyle="steps-post")
+        ax.set_ylabel(label, fontsize="small")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    if axes[1].get_legend_handles_labels()[0]:
+        axes[1].legend(loc="upper right", fontsize="x-small", ncol=min(len(ports), 4))
+    devices = {d for d, _ in ports}
+    hosts = {h for ph in phases for h in ph.hosts}
+
+    def touches(inc: Incident) -> bool:
+        return job in inc.jobs or inc.root_device in devices | hosts
+
+    shown: list[Incident] = []
+    for ax in axes:
+        shown = _shade(ax, incidents, touches)
+    title = f"job {job}: collectives over the leaf ports of its {len(hosts)} hosts"
+    if shown:
+        title += "  —  " + "; ".join(f"{i.kind} root {i.root}" for i in shown[:2])
+    axes[0].set_title(title, fontsize="medium")
+    _time_axis(axes[-1])
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _span_days(ph: queries.JobPhase) -> float:
+    """A phase's length in matplotlib's date unit (days), at least a hair so a short one shows."""
+    return max(ph.end_ns - ph.begin_ns, 50_000_000) / 86_400e9
+
+
+def _pairs_chart(job: str, pairs: dict[tuple[str, str], int], path: Path, size_px: tuple[int, int]) -> Path:
+    hosts = sorted({h for pair in pairs for h in pair})
+    at = {h: i for i, h in enumerate(hosts)}
+    grid = np.zeros((len(hosts), len(hosts)))
+    for (a, b), n in pairs.items():
+        grid[at[a], at[b]] = n
+    fig, (ax,) = _figure(size_px, 1)
+    image = ax.imshow(np.ma.masked_equal(grid, 0), cmap="viridis", interpolation="nearest", vmin=0)
+    size = max(4, min(9, 400 // max(len(hosts), 1)))
+    ax.set_xticks(range(len(hosts)))
+    ax.set_xticklabels(hosts, rotation=90, fontsize=size)
+    ax.set_yticks(range(len(hosts)))
+    ax.set_yticklabels(hosts, fontsize=size)
+    ax.set_xlabel("receiving host")
+    ax.set_ylabel("sending host")
+    ax.set_title(
+        f"job {job}: connections between hosts (NCCL channels, from its INIT lines)", fontsize="medium"
+    )
+    fig.colorbar(image, ax=ax, fraction=0.03, pad=0.01)
     fig.tight_layout()
     return _save(fig, path)
 

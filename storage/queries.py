@@ -318,3 +318,67 @@ def when(ts_ns: int | None) -> str:
     if ts_ns is None:
         return "(open)"
     return datetime.fromtimestamp(ts_ns / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@dataclass(frozen=True)
+class JobPhase:
+    op: str
+    comm: str
+    begin_ns: int
+    end_ns: int
+    bytes: int
+    hosts: tuple[str, ...]
+
+
+def jobs_in_range(store: Store, lo: int, hi: int, limit: int) -> list[str]:
+    """Jobs with phases in the range, the ones that moved the most bytes first."""
+    rows = store.query(
+        f"SELECT job FROM phases WHERE begin_ns <= {hi} AND greatest(end_ns, begin_ns) >= {lo} "
+        f"GROUP BY job ORDER BY sum(bytes) DESC, job LIMIT {int(limit)}"
+    )
+    return [r[0] for r in rows]
+
+
+def job_phases(store: Store, job: str, lo: int, hi: int) -> list[JobPhase]:
+    """A job's collectives in the range, each phase once (the table merges repeats lazily)."""
+    rows = store.query(
+        "SELECT DISTINCT op, comm, begin_ns, greatest(end_ns, begin_ns), bytes, hosts FROM phases "
+        f"WHERE job = {lit(job)} AND begin_ns <= {hi} AND greatest(end_ns, begin_ns) >= {lo} "
+        "ORDER BY begin_ns, op, comm"
+    )
+    return [JobPhase(r[0], r[1], int(r[2]), int(r[3]), int(r[4]), tuple(r[5])) for r in rows]
+
+
+def host_ports(store: Store, hosts: set[str]) -> list[tuple[str, str]]:
+    """The leaf ports the hosts' NICs are cabled to, in the latest topology: where a job's
+    traffic enters and leaves the fabric."""
+    if not hosts:
+        return []
+    names = ", ".join(lit(h) for h in sorted(hosts))
+    rows = store.query(
+        "SELECT DISTINCT leaf, leaf_port FROM topology_nics "
+        f"WHERE topo_ns = (SELECT max(topo_ns) FROM topology_nics) AND host IN ({names}) "
+        "ORDER BY leaf, leaf_port"
+    )
+    return [(r[0], r[1]) for r in rows]
+
+
+def host_pairs(store: Store, job: str) -> dict[tuple[str, str], int]:
+    """A job's connections over the network from host to host, from its communication graphs
+    (``comm_edges``) and where its ranks are (``comm_ranks``): each connection counted once,
+    whichever end reported it. The same join as ``JobAttribution.host_pairs``, in SQL."""
+    ranks = f"SELECT comm, rank, any(host) AS host FROM comm_ranks WHERE job = {lit(job)} GROUP BY comm, rank"
+    rows = store.query(
+        f"""
+SELECT a.host AS src, b.host AS dst, count() AS connections
+FROM (
+    SELECT DISTINCT comm, src_rank, dst_rank, channel, conn FROM comm_edges
+    WHERE job = {lit(job)} AND transport = 'NET'
+) AS e
+INNER JOIN ({ranks}) AS a ON e.comm = a.comm AND e.src_rank = a.rank
+INNER JOIN ({ranks}) AS b ON e.comm = b.comm AND e.dst_rank = b.rank
+WHERE src != dst
+GROUP BY src, dst ORDER BY src, dst
+"""
+    )
+    return {(r[0], r[1]): int(r[2]) for r in rows}

@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 from replayed_store import replay_into_store
+from test_comm_graph import COMM, INIT_LOG, S, read
 
 from fabricwatch.cli.main import main
 from fabricwatch.dashboards.report import write_report
-from fabricwatch.storage.queries import parse_time
+from fabricwatch.schemas.messages import CommGraph, Edge, Phase
+from fabricwatch.storage.queries import host_pairs, parse_time
+from fabricwatch.storage.sink import Sink
 
 pytestmark = pytest.mark.integration  # slow: a replayed store in embedded ClickHouse
 
@@ -100,8 +103,38 @@ def test_cli_report(replayed, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["report", "--data-dir", str(data_dir), "--out", str(out), "--ports", "2"]) == 0
     captured = capsys.readouterr()
-    assert "wrote 5 charts" in captured.out
+    assert "wrote 9 charts" in captured.out, "2 ports, ECMP shares, 2 heatmaps, the 4 jobs' timelines"
     assert "chart 1:" not in captured.err  # progress only on a terminal
-    assert len(list(out.glob("*.png"))) == 5 and (out / "index.html").is_file()
+    assert len(list(out.glob("*.png"))) == 9 and (out / "index.html").is_file()
     assert main(["report", "--data-dir", str(tmp_path / "nothing"), "--out", str(out)]) == 2
     assert "no store there" in capsys.readouterr().err
+
+
+def test_each_job_gets_its_timeline_and_a_job_with_a_graph_its_host_pairs(replayed, tmp_path):
+    """The demo's jobs each get their collectives drawn over their hosts' leaf ports, the incast's
+    root port among them; a job whose NCCL INIT lines were read (the real nccl-tests#350 log and
+    its peer's mirror image) also gets its host-pair heat map, from the stored graph."""
+    store, _, _ = replayed
+    lo = int(store.query("SELECT min(begin_ns) FROM phases")[0][0])
+    (n013,) = [m for m in read(INIT_LOG) if isinstance(m, CommGraph)]
+    n013.ts_ns = lo
+    n014 = CommGraph(
+        job="gather",
+        comm=COMM,
+        ts_ns=lo,
+        host="n014",
+        edges=[Edge(1, 0, c, 0, "send", "NET", "mlx5_2") for c in (0, 1)],
+        rank_hosts={1: "n014"},
+    )
+    gather = Phase(
+        "gather", COMM, "AllGather", lo + S, bytes=10**15, hosts=["n013", "n014"], end_ns=lo + 9 * S
+    )
+    with Sink(store) as sink:
+        for msg in (n013, n014, n014, gather):
+            sink.add(msg)
+    assert host_pairs(store, "gather") == {("n013", "n014"): 2, ("n014", "n013"): 4}
+    names = [p.name for p in write_report(store, tmp_path, max_ports=3, max_jobs=5)]
+    assert {"job-gather-timeline.png", "job-gather-host-pairs.png", "job-moe_b-timeline.png"} <= set(names)
+    assert "job-moe_b-host-pairs.png" not in names, "the simulated jobs log no INIT lines"
+    index = (tmp_path / "index.html").read_text()
+    assert 'src="job-gather-host-pairs.png"' in index
