@@ -20,9 +20,10 @@ from fabricwatch.storage.queries import anomalies_from_store
 pytestmark = pytest.mark.integration  # slow: a replayed store in embedded ClickHouse
 
 ASSETS = Path(__file__).resolve().parent.parent / "dashboards" / "grafana"
-ON_THE_DEMO = sorted(uid for uid in DASHBOARDS if uid != "fw-link-health")
-"""Dashboards whose every panel the demo fills; link health has its own store
-(``test_dashboard_link_health.py``): the simulator has no FEC, CRC or PFC watchdog counters."""
+ON_THE_DEMO = sorted(uid for uid in DASHBOARDS if uid not in {"fw-link-health", "fw-job-timeline"})
+"""Dashboards whose every panel the demo fills; link health and the job timeline have their own
+stores (``test_dashboard_link_health.py``: the simulator has no FEC, CRC or PFC watchdog counters;
+``test_dashboard_job_timeline.py``: its jobs log no NCCL INIT lines, so no graph)."""
 
 
 @pytest.fixture(scope="module")
@@ -37,12 +38,13 @@ def span(replayed) -> tuple[int, int]:
     return stored_span(replayed)
 
 
-def test_the_six_dashboards_ship_as_package_data():
+def test_the_seven_dashboards_ship_as_package_data():
     assert dashboard_names() == [
         "anomalies.json",
         "ecmp-balance.json",
         "fabric-overview.json",
         "incast.json",
+        "job-timeline.json",
         "link-health.json",
         "pfc-storm.json",
     ]
@@ -69,7 +71,7 @@ def test_panels_use_the_clickhouse_plugin_query_model(uid):
 
 
 def test_dashboards_differ_in_uid_and_title():
-    assert len({d["title"] for d in DASHBOARDS.values()}) == len(DASHBOARDS) == 6
+    assert len({d["title"] for d in DASHBOARDS.values()}) == len(DASHBOARDS) == 7
 
 
 @pytest.mark.parametrize("uid", ON_THE_DEMO)
@@ -178,7 +180,7 @@ def test_push_annotates_the_stored_incidents_once(replayed, tmp_path, capsys):
             str(replayed.backend.data_dir),
         ]
         assert main(argv) == 0 and main(argv) == 0
-        assert capsys.readouterr().out.splitlines()[-1].endswith(": 0 created, 0 updated, 11 unchanged")
+        assert capsys.readouterr().out.splitlines()[-1].endswith(": 0 created, 0 updated, 12 unchanged")
         assert len(fake.annotations) == 3 and len(fake.dashboards) == len(DASHBOARDS)
         storm = next(a for a in fake.annotations.values() if "kind:pfc_storm" in a["tags"])
         assert "h002/mlx5_0:1" in storm["text"] and storm["timeEnd"] > storm["time"]
