@@ -121,6 +121,8 @@ class JobAttribution:
         matches.sort(
             key=lambda p: (-(crossing.get((p.job, p.comm)) or 0), abs(p.begin_ns - at_ns), -p.bytes, p.job)
         )
+        if matches and matches[0].step is not None:
+            incident.evidence["step"] = matches[0].step
         for ph in matches:
             if ph.job not in incident.jobs:
                 incident.jobs.append(ph.job)

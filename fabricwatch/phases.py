@@ -5,6 +5,7 @@ COLL lines: ``import fabricwatch.phases`` (no torch, nothing heavy until publish
 
     phases.start(job="llama-70b")                 # broker from FABRICWATCH_BROKER, or out="x.trace"
     for step in range(steps):
+        phases.step(step)                          # optional: incidents then name the step
         phases.collective("AllReduce", nbytes=grad_bytes, comm="dp")
         ...
     phases.stop()                                   # sends what is open
@@ -31,6 +32,8 @@ from fabricwatch.ingest.phase_coalescer import PhaseCoalescer
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Phase, encode
 
+_STEP = "step"
+"""A step mark in the queue, beside the collectives (whose names are NCCL's, never this)."""
 QUEUE_MAX = 100_000
 """Marks waiting for the thread; past it a mark is dropped and counted (a stalled publisher must
 not grow the training process without bound)."""
@@ -61,6 +64,8 @@ class _Marks:
         self._closers: list[Any] = []
         self._interval_s = interval_s
         self._comms: set[str] = set()
+        self.steps = 0
+        """The step ``step()`` marks when not told."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fabricwatch-phases", daemon=True)
         self._thread.start()
@@ -75,6 +80,9 @@ class _Marks:
         popleft = self.queue.popleft
         while self.queue:
             op, nbytes, comm, ts = popleft()
+            if op == _STEP:
+                self._coalescer.step = nbytes
+                continue
             if comm not in self._comms:
                 self._comms.add(comm)
                 self._coalescer.init(CommInit(self.host, self.pid, comm, self.rank, 0, comm))
@@ -168,6 +176,22 @@ def collective(op: str, nbytes: int = 0, comm: str = "default") -> None:
         marks.stats.dropped += 1
         return
     marks.queue.append((op, nbytes, comm, time.time_ns()))
+    marks.stats.marked += 1
+
+
+def step(n: int | None = None) -> None:
+    """Mark the start of training step ``n`` (the step after the last one marked, without it): the
+    phases that begin from now on carry it, and an incident they explain names it. Never blocks."""
+    marks = _marks
+    if marks is None:
+        return
+    if n is None:
+        n = marks.steps
+    if len(marks.queue) >= QUEUE_MAX:
+        marks.stats.dropped += 1
+        return
+    marks.steps = n + 1
+    marks.queue.append((_STEP, n, "", time.time_ns()))
     marks.stats.marked += 1
 
 

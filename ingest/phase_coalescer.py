@@ -34,6 +34,7 @@ class _Open:
     hosts: set[str] = field(default_factory=set)
     bytes_by_process: dict[tuple[str, int], int] = field(default_factory=dict)
     calls: int = 0
+    step: int | None = None
 
 
 @dataclass
@@ -55,6 +56,9 @@ class PhaseCoalescer:
         self._max_ns = int(max_s * 1e9)
         self._comms: dict[tuple[str, int, str], tuple[str, int]] = {}
         self._open: dict[tuple[str, str], _Open] = {}
+        self.step: int | None = None
+        """The training step the job said it is in (``fabricwatch.phases.step``): a phase that
+        begins now carries it."""
 
     def init(self, info: CommInit) -> None:
         """A process's ``comm`` pointer is rank ``info.rank`` of communicator ``info.comm_id``."""
@@ -94,7 +98,7 @@ class PhaseCoalescer:
             current = None
         if current is None:
             root = c.root if c.op in ROOTED else None
-            current = self._open[key] = _Open(c.op, ts, ts, root)
+            current = self._open[key] = _Open(c.op, ts, ts, root, step=self.step)
         current.begin_ns = min(current.begin_ns, ts)
         current.last_ns = max(current.last_ns, ts + c.dur_ns)
         current.calls += count
@@ -127,4 +131,5 @@ class PhaseCoalescer:
             rank_hosts=dict(sorted(p.rank_hosts.items())),
             root_rank=p.root,
             source=self.source,
+            step=p.step,
         )

@@ -94,6 +94,8 @@ class Phase(msgspec.Struct, tag="phase", tag_field="type", omit_defaults=True):
     root_rank: int | None = None
     end_ns: int | None = None
     source: str = ""
+    step: int | None = None
+    """The training step it began in, where the job marks its steps (``fabricwatch.phases.step``)."""
     v: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from fabricwatch.detectors.incident_state import Incident
 from fabricwatch.detectors.jobs import JobAttribution
 from fabricwatch.ingest.comm_graph import GraphBuilder
 from fabricwatch.ingest.nccl_log import CommInit, Connection, NetDevices, parse_line
 from fabricwatch.ingest.nccl_phases import NcclPhaseReader
 from fabricwatch.ingest.phase_coalescer import PhaseCoalescer
-from fabricwatch.schemas.messages import CommGraph, Edge, Phase, decode, encode
+from fabricwatch.schemas.messages import CommGraph, Edge, Phase, RootCause, decode, encode
 
 FIXTURES = Path(__file__).parent / "fixtures"
 INIT_LOG = (FIXTURES / "nccl_tests_gather_perf_roce_ib_init_and_table.log").read_text()
@@ -176,3 +177,12 @@ def test_a_rank_s_host_may_come_from_a_phase_instead_of_its_own_graph():
     assert jobs.host_pairs("gather", COMM) == {}, "rank 1's host is not known yet"
     jobs.on_phase(Phase("gather", COMM, "AllGather", 10 * S, rank_hosts={1: "n014"}, end_ns=11 * S))
     assert jobs.host_pairs("gather", COMM) == {("n013", "n014"): 2, ("n014", "n013"): 4}
+
+
+def test_an_incident_names_the_step_its_collective_began_in():
+    jobs = JobAttribution()
+    jobs.on_phase(Phase("llm", "dp", "AllReduce", 10 * S, hosts=["a", "b"], end_ns=11 * S, step=41))
+    jobs.on_phase(Phase("llm", "dp", "AllReduce", 12 * S, hosts=["a", "b"], end_ns=13 * S, step=42))
+    incident = Incident("incast", RootCause(device="leaf0", port="Ethernet1"), "fp", 12 * S, 12 * S)
+    jobs.attach(incident, {"a"}, 12 * S)
+    assert incident.evidence["step"] == 42 and incident.jobs == ["llm"]

@@ -85,3 +85,20 @@ def test_marks_reach_the_broker(broker):
     got = [decode(r.value, Phase) for r in seen.stop()]
     assert {(p.job, p.op) for p in got} == {("moe", "AllToAll")}
     assert stats.lost == 0
+
+
+def test_steps_marked_between_collectives_are_carried_by_the_phases_that_begin_in_them(tmp_path):
+    """A step lasting longer than the gap that ends a phase: each step's AllReduce is its own phase,
+    and carries the step it began in (an incident it explains names the step)."""
+    out = tmp_path / "steps.trace"
+    phases.start(job="llama-8b", out=str(out), rank=0, interval_s=0.02, gap_s=0.05)
+    for n in (7, None):  # None: the step after the last one marked
+        phases.step(n)
+        for _ in range(50):
+            phases.collective("AllReduce", nbytes=1024, comm="dp")
+        time.sleep(0.3)
+    stats = phases.stop()
+    assert stats.marked == 102 and stats.dropped == 0
+    with TraceReader(out) as reader:
+        got = [decode(r.value(), Phase) for r in reader]
+    assert [p.step for p in sorted(got, key=lambda p: p.begin_ns)] == [7, 8]
