@@ -135,6 +135,24 @@ def test_a_graph_is_sent_once_and_then_only_what_is_new():
     assert second.edges == [Edge(0, 1, 1, 0, "send", "NET", "0")]
 
 
+def stored_gather(lo_ns: int) -> list[CommGraph | Phase]:
+    """What the sink gets of the real log's job to draw it: n013's graph, n014's side (it sends on
+    channels 0 and 1 to rank 0), sent twice as after a restart, and one AllGather from ``lo_ns``."""
+    (n013,) = [m for m in read(INIT_LOG) if isinstance(m, CommGraph)]
+    n013.ts_ns = lo_ns
+    n014 = CommGraph(
+        job="gather",
+        comm=COMM,
+        ts_ns=lo_ns,
+        host="n014",
+        edges=[Edge(1, 0, c, 0, "send", "NET", "mlx5_2") for c in (0, 1)],
+        rank_hosts={1: "n014"},
+    )
+    hosts = ["n013", "n014"]
+    gather = Phase("gather", COMM, "AllGather", lo_ns + S, bytes=10**15, hosts=hosts, end_ns=lo_ns + 9 * S)
+    return [n013, n014, n014, gather]
+
+
 def two_hosts(jobs: JobAttribution, duplicate: bool = False) -> None:
     """The job of the real log: rank 0 on n013 (its own graph) and rank 1 on n014 (nccl-tests'
     header says so), whose graph is the mirror image: it sends on channels 0 and 1 to rank 0."""

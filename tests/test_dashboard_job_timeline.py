@@ -7,10 +7,9 @@ from __future__ import annotations
 import pytest
 from dashboard_queries import DASHBOARDS, INTERVAL_S, queries, resolve_variables, run_panel, stored_span
 from replayed_store import replay_into_store
-from test_comm_graph import COMM, INIT_LOG, S, read
+from test_comm_graph import stored_gather
 
 from fabricwatch.dashboards.macros import QueryContext, expand
-from fabricwatch.schemas.messages import CommGraph, Edge, Phase
 from fabricwatch.storage.sink import Sink
 
 pytestmark = pytest.mark.integration  # slow: a replayed store in embedded ClickHouse
@@ -21,19 +20,8 @@ UID = "fw-job-timeline"
 def store(tmp_path_factory):
     filled, _ = replay_into_store("demo", tmp_path_factory.mktemp("job-timeline"))
     lo = int(filled.query("SELECT min(begin_ns) FROM phases")[0][0])
-    (n013,) = [m for m in read(INIT_LOG) if isinstance(m, CommGraph)]
-    n013.ts_ns = lo
-    n014 = CommGraph(
-        job="gather",
-        comm=COMM,
-        ts_ns=lo,
-        host="n014",
-        edges=[Edge(1, 0, c, 0, "send", "NET", "mlx5_2") for c in (0, 1)],
-        rank_hosts={1: "n014"},
-    )
-    gather = Phase("gather", COMM, "AllGather", lo + S, hosts=["n013", "n014"], end_ns=lo + 9 * S)
     with Sink(filled) as sink:
-        for msg in (n013, n014, gather):
+        for msg in stored_gather(lo):
             sink.add(msg)
     yield filled
     filled.close()

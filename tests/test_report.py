@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 from replayed_store import replay_into_store
-from test_comm_graph import COMM, INIT_LOG, S, read
+from test_comm_graph import stored_gather
 
 from fabricwatch.cli.main import main
 from fabricwatch.dashboards.report import write_report
-from fabricwatch.schemas.messages import CommGraph, Edge, Phase
 from fabricwatch.storage.queries import host_pairs, parse_time
 from fabricwatch.storage.sink import Sink
 
@@ -116,21 +115,8 @@ def test_each_job_gets_its_timeline_and_a_job_with_a_graph_its_host_pairs(replay
     its peer's mirror image) also gets its host-pair heat map, from the stored graph."""
     store, _, _ = replayed
     lo = int(store.query("SELECT min(begin_ns) FROM phases")[0][0])
-    (n013,) = [m for m in read(INIT_LOG) if isinstance(m, CommGraph)]
-    n013.ts_ns = lo
-    n014 = CommGraph(
-        job="gather",
-        comm=COMM,
-        ts_ns=lo,
-        host="n014",
-        edges=[Edge(1, 0, c, 0, "send", "NET", "mlx5_2") for c in (0, 1)],
-        rank_hosts={1: "n014"},
-    )
-    gather = Phase(
-        "gather", COMM, "AllGather", lo + S, bytes=10**15, hosts=["n013", "n014"], end_ns=lo + 9 * S
-    )
     with Sink(store) as sink:
-        for msg in (n013, n014, n014, gather):
+        for msg in stored_gather(lo):
             sink.add(msg)
     assert host_pairs(store, "gather") == {("n013", "n014"): 2, ("n014", "n013"): 4}
     names = [p.name for p in write_report(store, tmp_path, max_ports=3, max_jobs=5)]
