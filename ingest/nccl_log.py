@@ -43,11 +43,18 @@ _COLL = re.compile(
     r"count (?P<count>\d+) datatype (?P<dtype>\d+) op (?P<redop>\d+) root (?P<root>-?\d+) "
     r"comm (?P<comm>0x[0-9a-fA-F]+) \[nranks=(?P<nranks>\d+)\]"
 )
-_COLL_RUN = re.compile(r"(?m)^([^\n]*\]) NCCL INFO " + _COLL.pattern)
-"""A COLL line as (what stands before `` NCCL INFO``, then ``_COLL``'s groups), for ``findall``: a
+_COLL_RUN = re.compile(
+    r"(?m)^([^\n]*?\]) NCCL INFO ([A-Za-z]+): opCount [^ ]+ sendbuff [^ ]+ recvbuff [^ ]+ "
+    r"count (\d+) datatype (\d+) op \d+ root (-?\d+) comm (0x[0-9a-fA-F]+) \[nranks=(\d+)\]"
+)
+"""A COLL line as (what stands before `` NCCL INFO``, then the fields a call needs), for ``findall``: a
 pattern that starts at a line's start is tried once per line, where one starting with the host
-would be tried at every position of every line (3-4x slower)."""
-_RUN_KEY = itemgetter(0, 1, 4, 6, 7, 8)
+would be tried at every position of every line (3-4x slower). It is ``_COLL`` made cheaper for the
+engine: the prefix stops at the first ``]`` that `` NCCL INFO`` follows, the fields not needed are
+not captured, and ``[^ ]+`` (one character compared, where a class is tested) skips the buffers.
+A match that ran across a cut line into the next would leave the counts short, and the caller
+reads that text line by line."""
+_RUN_KEY = itemgetter(0, 1, 3, 4, 5, 6)
 """What consecutive calls must share to be folded: prefix, op, datatype, root, comm, nranks."""
 _new_tuple = tuple.__new__
 _INIT = re.compile(
@@ -242,14 +249,23 @@ def _connection(host: str, pid: int, tid: int, rest: str) -> Connection | NetDev
     return NetDevices(host, pid, names) if names else None
 
 
-def scan(text: str) -> tuple[list[CollCall], int]:
-    """The well-formed COLL lines of ``text`` (many lines), in order, and how many there were, in
-    one regex pass: what ``parse_line`` gives for each, except that consecutive calls of one
-    process, communicator and collective with one time are folded into one (``n`` calls, bytes
-    summed), and each distinct ``host:pid:tid`` prefix is read once. Lines it cannot read it
-    leaves out: the caller compares the count with the lines that look like COLL lines."""
+class Scanned(NamedTuple):
+    calls: list[CollCall]
+    lines: int
+    """Lines that have a COLL line's layout."""
+    kept: int
+    """Of those, the calls in ``calls``: the others name a collective or a datatype not known."""
+
+
+def scan(text: str) -> Scanned:
+    """The well-formed COLL lines of ``text`` (many lines), in order, in one regex pass: what
+    ``parse_line`` gives for each, except that consecutive calls of one process, communicator and
+    collective with one time are folded into one (``n`` calls, bytes summed), and each distinct
+    ``host:pid:tid`` prefix is read once. Lines it cannot read it leaves out: the caller compares
+    the counts with the lines of the text."""
     rows = _COLL_RUN.findall(text)
     calls: list[CollCall] = []
+    kept = 0
     who_of: dict[str, tuple[str, int, int | None] | None] = {}
     for (prefix, op, dtype, root, comm, nranks), run in groupby(rows, _RUN_KEY):
         who = who_of.get(prefix, ())
@@ -258,12 +274,13 @@ def scan(text: str) -> tuple[list[CollCall], int]:
         name, size = OPS.get(op), int(dtype)
         if who is None or name is None or size >= len(DTYPE_BYTES):
             continue
-        counts = [row[3] for row in run]
+        counts = [row[2] for row in run]
+        kept += len(counts)
         host, pid, ts = who
         nbytes = sum(map(int, counts)) * DTYPE_BYTES[size]
         fields = (host, pid, comm, name, nbytes, int(nranks), int(root), ts, len(counts), 0)
         calls.append(_new_tuple(CollCall, fields))  # every field: tuple.__new__ knows no defaults
-    return calls, len(rows)
+    return Scanned(calls, len(rows), kept)
 
 
 def _who(prefix: str) -> tuple[str, int, int | None] | None:

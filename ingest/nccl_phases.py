@@ -98,16 +98,15 @@ class NcclPhaseReader:
         """Many lines at once (what one read of a file gave, ending with a newline): the phases
         ``line`` would give for each, from one regex scan of the whole text. Text that holds
         anything the scan does not cover (an INIT or connection line, bytes that are not UTF-8, a
-        COLL-like line it cannot read) goes line by line, so every problem is still counted and said."""
-        calls, matched = scan(text)
-        if (
-            "Init COMPLETE" in text
-            or "\ufffd" in text
-            or any(hint in text for hint in CONNECTION_HINTS)
-            or sum(c.n for c in calls) != text.count(COLL_HINT)
-        ):
+        COLL-like line it cannot read) goes line by line, so every problem is still counted and said.
+        A text of COLL lines only, a live collector's usual read, is known as such from two counts,
+        without looking for anything else in it."""
+        calls, matched, kept = scan(text)
+        lines = text.count("\n")
+        only_calls = matched == lines and kept == matched
+        if "\ufffd" in text or not (only_calls or self._calls_and_others(text, kept)):
             return [ph for line in text.splitlines() for ph in self.line(line, read_ns)]
-        self.stats.lines += text.count("\n")
+        self.stats.lines += lines
         self.stats.calls += matched
         if not self._stamp_untimed:
             timed = [c for c in calls if c.ts_ns is not None]
@@ -115,6 +114,14 @@ class NcclPhaseReader:
                 self._untimed(sum(c.n for c in calls if c.ts_ns is None))
             calls = timed
         return list(self.coalescer.calls(calls, read_ns if read_ns is not None else time.time_ns()))
+
+    @staticmethod
+    def _calls_and_others(text: str, kept: int) -> bool:
+        """Whether the scan read every COLL-like line and the rest holds no INIT or connection
+        line (other lines are not ours and are skipped either way)."""
+        if "Init COMPLETE" in text or any(hint in text for hint in CONNECTION_HINTS):
+            return False
+        return kept == text.count(COLL_HINT)
 
     def record(self, rec: CollCall | CommInit) -> list[PhaseMessage]:
         """A call or a communicator from another record of the job (``phase_formats``), timed."""
