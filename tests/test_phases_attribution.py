@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,44 +34,64 @@ def without_job(src: Path, dest: Path, job: str) -> Phase:
     return taken[0]
 
 
-def nccl_logs(folder: Path, phase: Phase) -> list[Path]:
-    """One log per rank of ``phase``'s hosts, as NCCL writes them with NCCL_DEBUG_SUBSYS=INIT,COLL
-    and NCCL_DEBUG_TIMESTAMP_LEVELS=INFO (default format ``[%F %T] ``, local time): the NICs, the
+Rank = tuple[list[str], Callable[[int], str | None]]
+"""A rank's log: its INIT lines, and its n-th COLL line (None: it is done)."""
+
+
+def reduce_rank(rank: int, hosts: list[str], phase: Phase, calls: int) -> Rank:
+    """A rank of ``phase``'s job as NCCL writes its log with NCCL_DEBUG_SUBSYS=INIT,COLL and
+    NCCL_DEBUG_TIMESTAMP_LEVELS=INFO (default format ``[%F %T] ``, local time): the NICs, the
     connections of two rings (rank r sends to r+1 on channel 0 and to r-1 on channel 1, each end
-    printing its side) and the init, 5 s before the phase; then a Reduce to the receiver every
-    20 ms from the phase's begin to its end."""
-    hosts = phase.participants()
-    root = hosts.index("h010")
-    n = len(hosts)
-    init = time.strftime("[%Y-%m-%d %H:%M:%S]", time.localtime(phase.begin_ns // 10**9 - 5))
-    paths = []
-    for rank, host in enumerate(hosts):
-        pid = 7000 + rank
-        who = f"{init} {host}:{pid}:{pid}"
-        lines = [
-            f"{who} [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE; OOB eth0:10.0.0.{rank}<0>"
+    printing its side) and the init, 5 s before the phase; then ``calls`` Reduce calls to the
+    receiver h010, spread from the phase's begin to its end."""
+    n, root, pid, host = len(hosts), hosts.index("h010"), 7000 + rank, hosts[rank]
+    who = f"{_stamp(phase.begin_ns - 5 * 10**9)} {host}:{pid}:{pid}"
+    nics = f"[0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE; OOB eth0:10.0.0.{rank}<0>"
+    head = [f"{who} [0] NCCL INFO NET/IB : Using {nics}"]
+    for channel, step in ((0, 1), (1, -1)):
+        head += [
+            f"{who} [0] NCCL INFO Channel {channel:02d}/0 : {(rank - step) % n}[1b000] -> {rank}[1b000] "
+            f"[receive] via NET/IB/{channel}/GDRDMA",
+            f"{who} [0] NCCL INFO Channel {channel:02d}/0 : {rank}[1b000] -> {(rank + step) % n}[1b000] "
+            f"[send] via NET/IB/{channel}/GDRDMA",
         ]
-        for channel, step in ((0, 1), (1, -1)):  # two rings, one each way, as NCCL builds them
-            nxt, prev = (rank + step) % n, (rank - step) % n
-            lines += [
-                f"{who} [0] NCCL INFO Channel {channel:02d}/0 : {prev}[1b000] -> {rank}[1b000] "
-                f"[receive] via NET/IB/{channel}/GDRDMA",
-                f"{who} [0] NCCL INFO Channel {channel:02d}/0 : {rank}[1b000] -> {nxt}[1b000] "
-                f"[send] via NET/IB/{channel}/GDRDMA",
-            ]
-        lines.append(
-            f"{who} [0] NCCL INFO comm 0x{rank:x}0 rank {rank} nranks {n} "
-            "cudaDev 0 busId 1b000 commId 0x5eed - Init COMPLETE"
+    head.append(
+        f"{who} [0] NCCL INFO comm 0x{rank:x}0 rank {rank} nranks {n} "
+        "cudaDev 0 busId 1b000 commId 0x5eed - Init COMPLETE"
+    )
+    spacing = (phase.end_ns - phase.begin_ns) // calls
+
+    def call(k: int) -> str | None:
+        if k >= calls:
+            return None
+        return (
+            f"{_stamp(phase.begin_ns + k * spacing)} {host}:{pid}:{pid + 1} [0] NCCL INFO Reduce: "
+            f"opCount {k:x} sendbuff 0x7f00 recvbuff 0x7f80 count 4194304 datatype 9 op 0 root {root} "
+            f"comm 0x{rank:x}0 [nranks={n}] stream 0x9"
         )
-        for t_ns in range(phase.begin_ns, phase.end_ns, 20_000_000):
-            stamp = time.strftime("[%Y-%m-%d %H:%M:%S]", time.localtime(t_ns // 10**9))
-            lines.append(
-                f"{stamp} {host}:{pid}:{pid + 1} [0] NCCL INFO Reduce: opCount {t_ns // 20_000_000:x} "
-                f"sendbuff 0x7f00 recvbuff 0x7f80 count 4194304 datatype 9 op 0 root {root} "
-                f"comm 0x{rank:x}0 [nranks={len(hosts)}] stream 0x9"
-            )
-        path = folder / f"{host}.{pid}.log"
-        path.write_text("\n".join(lines) + "\n")
+
+    return head, call
+
+
+def _stamp(t_ns: int) -> str:
+    return time.strftime("[%Y-%m-%d %H:%M:%S]", time.localtime(t_ns // 10**9))
+
+
+def ring_neighbours(hosts: list[str], receiver: str) -> str:
+    """The ranks that send into the receiver's rank on the two rings, as the evidence lists them."""
+    root, n = hosts.index(receiver), len(hosts)
+    return ", ".join(map(str, sorted({(root - 1) % n, (root + 1) % n})))
+
+
+def nccl_logs(folder: Path, phase: Phase) -> list[Path]:
+    """One log per rank of ``phase``'s hosts (``reduce_rank``), a Reduce every 20 ms."""
+    hosts = phase.participants()
+    calls = (phase.end_ns - phase.begin_ns) // 20_000_000
+    paths = []
+    for rank in range(len(hosts)):
+        head, call = reduce_rank(rank, hosts, phase, calls)
+        path = folder / f"{hosts[rank]}.{7000 + rank}.log"
+        path.write_text("\n".join([*head, *(call(k) for k in range(calls))]) + "\n")
         paths.append(path)
     return paths
 
@@ -101,8 +122,5 @@ def test_a_job_s_nccl_logs_name_it_and_its_collective_in_the_incast(tmp_path, ca
     assert after["jobs"][0] == "moe-real", after["jobs"]
     assert any(c.startswith("Reduce comm 0x5eed") for c in after["collectives"]), after["collectives"]
     assert after["root"] == before["root"], "the same incast, now named"
-    hosts = simulated.participants()
-    root, n = hosts.index("h010"), len(hosts)
-    neighbours = sorted({(root - 1) % n, (root + 1) % n})
-    assert after["evidence"]["sending_ranks"] == ", ".join(map(str, neighbours)), after["evidence"]
+    assert after["evidence"]["sending_ranks"] == ring_neighbours(simulated.participants(), "h010")
     assert f"from ranks {after['evidence']['sending_ranks']}" in after["summary"]
