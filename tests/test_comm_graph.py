@@ -204,3 +204,31 @@ def test_an_incident_names_the_step_its_collective_began_in():
     incident = Incident("incast", RootCause(device="leaf0", port="Ethernet1"), "fp", 12 * S, 12 * S)
     jobs.attach(incident, {"a"}, 12 * S)
     assert incident.evidence["step"] == 42 and incident.jobs == ["llm"]
+
+
+def graph(job: str, comm: str, ring: list[str]) -> CommGraph:
+    """One rank per host of ``ring``, each sending to the next over the network (a ring of NCCL)."""
+    n = len(ring)
+    edges = [Edge(r, (r + 1) % n, 0, 0, "send", "NET", "mlx5_0") for r in range(n)]
+    return CommGraph(job=job, comm=comm, ts_ns=S, host=ring[0], edges=edges, rank_hosts=dict(enumerate(ring)))
+
+
+def test_an_ecmp_collapse_names_the_job_whose_host_pairs_cross_the_switch():
+    """Under the collapsed leaf are a, b, c. Job "inside" runs on hosts on both sides of it, but
+    its ring only connects a, b and c (x and y talk in another communicator): nothing it sends
+    crosses the leaf's uplinks, though its hosts do. Job "across" began earlier, farther from the
+    incident, and its ring runs a -> x -> b -> y -> a: four pairs cross. Without graphs "inside"
+    came first (it began closest); with them it is left out."""
+    under = {"a", "b", "c"}
+    jobs = JobAttribution()
+    jobs.on_phase(Phase("inside", "c1", "AllReduce", 10 * S, hosts=["a", "b", "c", "x", "y"], end_ns=30 * S))
+    jobs.on_phase(Phase("across", "c2", "AllReduce", 5 * S, hosts=["a", "b", "x", "y"], end_ns=30 * S))
+    incident = Incident("ecmp_collapse", RootCause(device="leaf0", group="leaf0:up"), "fp", 10 * S, 10 * S)
+    jobs.attach(incident, under, 10 * S, cross_from=under)
+    assert incident.jobs == ["inside", "across"], "without graphs: the phase that began closest first"
+    jobs.on_phase(graph("inside", "c1", ["a", "b", "c"]))
+    jobs.on_phase(graph("across", "c2", ["a", "x", "b", "y"]))
+    incident = Incident("ecmp_collapse", RootCause(device="leaf0", group="leaf0:up"), "fp", 10 * S, 10 * S)
+    matched = jobs.attach(incident, under, 10 * S, cross_from=under)
+    assert incident.jobs == ["across"] and jobs.crossing_pairs("across", "c2", under) == 4
+    assert [p.job for p in matched] == ["across"]
