@@ -24,6 +24,10 @@ from fabricwatch.schemas.messages import CommGraph, Edge
 EDGES_PER_MESSAGE = 4096
 """A communicator of thousands of ranks prints tens of thousands of connections per host: split
 into messages of this many edges, each well under a broker's message limit."""
+FORGET_AFTER_S = 3600.0
+"""A communicator nothing was heard of for this long is forgotten (its job ended): a long-running
+collector's memory stays bounded. Were its connections printed again, they would be sent again,
+which stage 2 takes as nothing new."""
 
 
 @dataclass
@@ -34,6 +38,8 @@ class _Comm:
     ts_ns: int
     """When its init completed: a graph is stamped with it, so that replay puts it before the
     communicator's phases."""
+    seen_ns: int
+    """When it was last heard of (read time)."""
     rank_hosts: dict[int, str] = field(default_factory=dict)
     sent: set[Edge] = field(default_factory=set)
     new: list[Edge] = field(default_factory=list)
@@ -43,7 +49,8 @@ class _Comm:
 class GraphStats:
     connections: int = 0
     unbound: int = 0
-    """Connections no communicator of their process could take (counted, left out)."""
+    """Connections no communicator of their process could take, or naming a rank the communicator
+    does not have (counted, left out)."""
     graphs: int = 0
 
 
@@ -56,20 +63,22 @@ class GraphBuilder:
         self.source = source
         self.stats = GraphStats()
         self._bind_after_ns = int(bind_after_s * 1e9)
-        self._nics: dict[tuple[str, int], dict[int, str]] = {}
-        self._waiting: dict[tuple[str, int, int], list[Connection]] = defaultdict(list)
+        self._forget_after_ns = int(FORGET_AFTER_S * 1e9)
+        self._nics: dict[tuple[str, int], tuple[dict[int, str], int]] = {}
+        self._waiting: dict[tuple[str, int, int], list[tuple[Connection, int]]] = defaultdict(list)
+        """Per thread, connections (and when they were read) that no init line has named yet."""
         self._waiting_since: dict[tuple[str, int, int], int] = {}
         self._comms: dict[tuple[str, str], _Comm] = {}
         """By commId and host: one reader may read several hosts' logs (``phases import``)."""
         self._process_comms: dict[tuple[str, int], list[tuple[tuple[str, str], int]]] = defaultdict(list)
 
-    def devices(self, listed: NetDevices) -> None:
-        self._nics[(listed.host, listed.pid)] = listed.names
+    def devices(self, listed: NetDevices, read_ns: int) -> None:
+        self._nics[(listed.host, listed.pid)] = (listed.names, read_ns)
 
     def connection(self, c: Connection, read_ns: int) -> None:
         self.stats.connections += 1
         thread = (c.host, c.pid, c.tid)
-        self._waiting[thread].append(c)
+        self._waiting[thread].append((c, read_ns))
         self._waiting_since.setdefault(thread, read_ns)
 
     def init(self, info: CommInit, read_ns: int) -> None:
@@ -77,7 +86,10 @@ class GraphBuilder:
         key = (info.comm_id, info.host)
         comm = self._comms.get(key)
         if comm is None:
-            comm = self._comms[key] = _Comm(info.comm_id, info.host, info.nranks, info.ts_ns or read_ns)
+            comm = self._comms[key] = _Comm(
+                info.comm_id, info.host, info.nranks, info.ts_ns or read_ns, read_ns
+            )
+        comm.seen_ns = max(comm.seen_ns, read_ns)
         comm.rank_hosts[info.rank] = info.host
         self._process_comms[(info.host, info.pid)].append((key, info.rank))
         thread = (info.host, info.pid, info.tid)
@@ -88,7 +100,9 @@ class GraphBuilder:
         stale = [t for t, since in self._waiting_since.items() if now_ns - since >= self._bind_after_ns]
         for thread in stale:
             self._bind_late(thread)
-        return self._graphs()
+        graphs = self._graphs()
+        self._forget(now_ns - self._forget_after_ns)
+        return graphs
 
     def close_all(self) -> list[CommGraph]:
         for thread in list(self._waiting):
@@ -101,19 +115,38 @@ class GraphBuilder:
         self._waiting_since.pop(thread, None)
         host, pid, _ = thread
         known = self._process_comms.get((host, pid), [])
-        for c in self._waiting.pop(thread, []):
+        for c, read_ns in self._waiting.pop(thread, []):
             mine = c.src if c.side == "send" else c.dst
             found = next((key for key, rank in reversed(known) if rank == mine), None)
             if found is None:
                 self.stats.unbound += 1
                 continue
-            self._bind(self._comms[found], [c])
+            self._bind(self._comms[found], [(c, read_ns)])
 
-    def _bind(self, comm: _Comm, connections: list[Connection]) -> None:
-        for c in connections:
+    def _forget(self, before_ns: int) -> None:
+        """Communicators not heard of since ``before_ns``, and the processes left with none."""
+        old = {key for key, comm in self._comms.items() if comm.seen_ns < before_ns}
+        for key in old:
+            del self._comms[key]
+        for process, comms in list(self._process_comms.items()):
+            kept = [(key, rank) for key, rank in comms if key not in old]
+            if kept:
+                self._process_comms[process] = kept
+            else:
+                del self._process_comms[process]
+        for process, (_, read_ns) in list(self._nics.items()):
+            if read_ns < before_ns and process not in self._process_comms:
+                del self._nics[process]
+
+    def _bind(self, comm: _Comm, connections: list[tuple[Connection, int]]) -> None:
+        for c, read_ns in connections:
+            if comm.nranks and not (0 <= c.src < comm.nranks and 0 <= c.dst < comm.nranks):
+                self.stats.unbound += 1
+                continue
+            comm.seen_ns = max(comm.seen_ns, read_ns)
             nic = ""
             if c.net_dev is not None:
-                nic = self._nics.get((c.host, c.pid), {}).get(c.net_dev, str(c.net_dev))
+                nic = self._nics.get((c.host, c.pid), ({}, 0))[0].get(c.net_dev, str(c.net_dev))
             edge = Edge(c.src, c.dst, c.channel, c.conn, c.side, c.transport, nic)  # type: ignore[arg-type]
             if edge not in comm.sent:
                 comm.sent.add(edge)

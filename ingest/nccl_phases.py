@@ -84,7 +84,7 @@ class NcclPhaseReader:
             self.graph.connection(parsed, now)
             return []
         if isinstance(parsed, NetDevices):
-            self.graph.devices(parsed)
+            self.graph.devices(parsed, now)
             return []
         if parsed is None:
             return []

@@ -232,3 +232,31 @@ def test_an_ecmp_collapse_names_the_job_whose_host_pairs_cross_the_switch():
     matched = jobs.attach(incident, under, 10 * S, cross_from=under)
     assert incident.jobs == ["across"] and jobs.crossing_pairs("across", "c2", under) == 4
     assert [p.job for p in matched] == ["across"]
+
+
+def test_a_connection_to_a_rank_the_communicator_lacks_is_counted_and_the_rest_sent():
+    builder = GraphBuilder("job", "test")
+    builder.connection(Connection("h", 5, 10, 0, 0, 0, 9, "send", "NET", 0), S)
+    builder.connection(Connection("h", 5, 10, 0, 0, 0, 1, "send", "NET", 0), S)
+    builder.init(CommInit("h", 5, "0xa", 0, 2, "0xaa", tid=10), S)
+    (graph,) = builder.due(S)
+    assert graph.edges == [Edge(0, 1, 0, 0, "send", "NET", "0")] and builder.stats.unbound == 1
+
+
+def test_a_communicator_not_heard_of_for_an_hour_is_forgotten():
+    """A collector runs for months while jobs come and go: what it keeps of a job's communicators
+    goes an hour after the last word of them (the same connections printed again are sent again,
+    and the NIC list, gone with its process, no longer names the NIC)."""
+    builder = GraphBuilder("job", "test")
+    builder.devices(NetDevices("h", 5, {0: "mlx5_0"}), S)
+    seen = Connection("h", 5, 10, 0, 0, 0, 1, "send", "NET", 0)
+    builder.connection(seen, S)
+    builder.init(CommInit("h", 5, "0xa", 0, 2, "0xaa", tid=10), S)
+    assert [g.edges for g in builder.due(2 * S)] == [[Edge(0, 1, 0, 0, "send", "NET", "mlx5_0")]]
+    builder.connection(seen, 3000 * S)
+    builder.init(CommInit("h", 5, "0xa", 0, 2, "0xaa", tid=10), 3000 * S)
+    assert builder.due(3001 * S) == [], "heard of again within the hour: nothing new to send"
+    assert builder.due(6601 * S + 1) == []
+    builder.connection(seen, 6700 * S)
+    builder.init(CommInit("h", 5, "0xa", 0, 2, "0xaa", tid=10), 6700 * S)
+    assert [g.edges for g in builder.due(6701 * S)] == [[Edge(0, 1, 0, 0, "send", "NET", "0")]]
