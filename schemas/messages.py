@@ -105,6 +105,7 @@ class Phase(msgspec.Struct, tag="phase", tag_field="type", omit_defaults=True):
             raise ValueError("end_ns is before begin_ns")
         if self.bytes < 0:
             raise ValueError("bytes is negative")
+        _check_ranks(self.rank_hosts)
 
     def participants(self) -> list[str]:
         """Hosts taking part, from ``hosts`` or the rank map."""
@@ -142,10 +143,26 @@ class CommGraph(msgspec.Struct, tag="comm_graph", tag_field="type", omit_default
 
     def __post_init__(self) -> None:
         _check_stamp(self.ts_ns)
-        if self.nranks:
-            for e in self.edges:
-                if not (0 <= e.src < self.nranks and 0 <= e.dst < self.nranks):
-                    raise ValueError(f"edge {e.src} -> {e.dst} is outside the {self.nranks} ranks")
+        _check_ranks(self.rank_hosts)
+        top = self.nranks or _RANK_LIMIT
+        for e in self.edges:
+            if not (0 <= e.src < top and 0 <= e.dst < top):
+                raise ValueError(f"edge {e.src} -> {e.dst} is outside ranks 0..{top - 1}")
+            if not (0 <= e.channel < _CHANNEL_LIMIT and 0 <= e.conn < _CHANNEL_LIMIT):
+                raise ValueError(
+                    f"edge {e.src} -> {e.dst}: channel {e.channel}/{e.conn} is not one NCCL numbers"
+                )
+
+
+_RANK_LIMIT = 1 << 32
+_CHANNEL_LIMIT = 1 << 16
+"""Ranks and channels as NCCL numbers them (and the store keeps them: UInt32, UInt16)."""
+
+
+def _check_ranks(rank_hosts: dict[int, str]) -> None:
+    for rank in rank_hosts:
+        if not 0 <= rank < _RANK_LIMIT:
+            raise ValueError(f"rank {rank} is not one NCCL numbers")
 
 
 PhaseMessage = Phase | CommGraph

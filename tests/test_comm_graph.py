@@ -14,7 +14,7 @@ from fabricwatch.ingest.comm_graph import GraphBuilder
 from fabricwatch.ingest.nccl_log import CommInit, Connection, NetDevices, parse_line
 from fabricwatch.ingest.nccl_phases import NcclPhaseReader
 from fabricwatch.ingest.phase_coalescer import PhaseCoalescer
-from fabricwatch.schemas.messages import CommGraph, Edge, Phase, RootCause, decode, encode
+from fabricwatch.schemas.messages import CommGraph, DecodeError, Edge, Phase, RootCause, decode, encode
 
 FIXTURES = Path(__file__).parent / "fixtures"
 INIT_LOG = (FIXTURES / "nccl_tests_gather_perf_roce_ib_init_and_table.log").read_text()
@@ -260,3 +260,21 @@ def test_a_communicator_not_heard_of_for_an_hour_is_forgotten():
     builder.connection(seen, 6700 * S)
     builder.init(CommInit("h", 5, "0xa", 0, 2, "0xaa", tid=10), 6700 * S)
     assert [g.edges for g in builder.due(6701 * S)] == [[Edge(0, 1, 0, 0, "send", "NET", "0")]]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b'{"type":"comm_graph","job":"j","comm":"c","ts_ns":5,"host":"h","edges":[[-1,0,0]]}',
+        b'{"type":"comm_graph","job":"j","comm":"c","ts_ns":5,"host":"h","edges":[[1,0,70000]]}',
+        b'{"type":"comm_graph","job":"j","comm":"c","ts_ns":5,"host":"h","nranks":2,"edges":[[0,2,0]]}',
+        b'{"type":"comm_graph","job":"j","comm":"c","ts_ns":0,"host":"h","edges":[]}',
+        b'{"type":"phase","job":"j","comm":"c","op":"AllReduce","begin_ns":5,"rank_hosts":{"-3":"h"}}',
+    ],
+    ids=["negative-rank", "channel-past-uint16", "rank-past-nranks", "no-time", "phase-negative-rank"],
+)
+def test_a_graph_or_phase_the_store_could_not_hold_is_refused_on_decode(payload):
+    """Refused where it comes in (a dead letter, counted), not at the sink's insert, where one bad
+    message would fail a batch of good ones."""
+    with pytest.raises(DecodeError):
+        decode(payload)
