@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_comm_graph import stored_gather
 
 from fabricwatch.local.broker import free_port
 from fabricwatch.local.clickhouse_server import LocalClickHouse, server_binary
@@ -25,6 +26,7 @@ from fabricwatch.schemas.messages import (
 )
 from fabricwatch.storage.backends import ServerAddress, StoreError
 from fabricwatch.storage.migrations import LATEST_VERSION, MIGRATIONS, full_ddl
+from fabricwatch.storage.queries import host_pairs
 from fabricwatch.storage.schema import MODERN, OLD_DEBIAN, SchemaOptions
 from fabricwatch.storage.sink import Sink
 from fabricwatch.storage.store import Store
@@ -382,6 +384,17 @@ def test_phases_and_topology(store_target, fabric_stream):
         assert phase == [("j1", "AllToAll", 10**18 + 5, ["h1", "h2"])]
 
 
+def test_communication_graphs_give_each_job_s_host_pairs(store_target):
+    """The real nccl-tests#350 job's graphs (one host's sent twice, as after a restart) are stored
+    and joined into host pairs, each connection once, on chdb and on the old server alike."""
+    with Store.open(store_target) as store:
+        with Sink(store) as sink:
+            feed(sink, stored_gather(10**18))
+        assert sink.stats.graph_edges == 6 + 2 * 2, "stored as they come: the tables merge repeats"
+        assert host_pairs(store, "gather") == {("n013", "n014"): 2, ("n014", "n013"): 4}
+        assert host_pairs(store, "other") == {}
+
+
 def test_a_store_refuses_bad_targets_clearly(tmp_path):
     with pytest.raises(ValueError, match="a directory or a clickhouse:// URL"):
         Store.open("http://localhost:8123/")
@@ -500,7 +513,7 @@ def test_the_documented_queries_run_on_both_backends(store_target, fabric_stream
     assert len(queries) >= 3
     with Store.open(store_target) as store:
         with Sink(store) as sink:
-            feed(sink, fabric_stream)
+            feed(sink, [*fabric_stream, *stored_gather(10**18)])  # the demo has no NCCL INIT lines
         device = next(
             m.device for m in fabric_stream if isinstance(m, PortRates) and m.device_kind == "switch"
         )

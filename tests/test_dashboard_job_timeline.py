@@ -10,6 +10,7 @@ from replayed_store import replay_into_store
 from test_comm_graph import stored_gather
 
 from fabricwatch.dashboards.macros import QueryContext, expand
+from fabricwatch.storage.queries import host_pairs_sql
 from fabricwatch.storage.sink import Sink
 
 pytestmark = pytest.mark.integration  # slow: a replayed store in embedded ClickHouse
@@ -36,9 +37,11 @@ def test_every_panel_has_rows_with_all_jobs_selected(store):
     assert not empty, f"no rows from {empty}"
 
 
-def test_the_host_pairs_are_the_graph_s_counted_once(store):
+def test_the_host_pairs_are_the_graph_s_counted_once_as_the_report_counts_them(store):
     rows = run_panel(store, stored_span(store), UID, _title("Host pairs"), job=["gather"])
     assert rows == [("gather", "n013", "n014", 2), ("gather", "n014", "n013", 4)]
+    (panel,) = [p for p in DASHBOARDS[UID]["panels"] if p["title"] == _title("Host pairs")]
+    assert panel["targets"][0]["rawSql"] == host_pairs_sql("$__conditionalAll(job IN ($job), $job)").strip()
 
 
 def test_the_incast_job_s_ports_include_the_victim_port_and_its_reduce_runs(store):
