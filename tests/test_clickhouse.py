@@ -26,7 +26,7 @@ from fabricwatch.schemas.messages import (
 )
 from fabricwatch.storage.backends import ServerAddress, StoreError
 from fabricwatch.storage.migrations import LATEST_VERSION, MIGRATIONS, full_ddl
-from fabricwatch.storage.queries import host_pairs
+from fabricwatch.storage.queries import host_pairs, job_phases, jobs_in_range
 from fabricwatch.storage.schema import MODERN, OLD_DEBIAN, SchemaOptions
 from fabricwatch.storage.sink import Sink
 from fabricwatch.storage.store import Store
@@ -386,13 +386,17 @@ def test_phases_and_topology(store_target, fabric_stream):
 
 def test_communication_graphs_give_each_job_s_host_pairs(store_target):
     """The real nccl-tests#350 job's graphs (one host's sent twice, as after a restart) are stored
-    and joined into host pairs, each connection once, on chdb and on the old server alike."""
+    and joined into host pairs, each connection once, on chdb and on the old server alike; the
+    report's other job queries run on both too."""
     with Store.open(store_target) as store:
         with Sink(store) as sink:
             feed(sink, stored_gather(10**18))
         assert sink.stats.graph_edges == 6 + 2 * 2, "stored as they come: the tables merge repeats"
         assert host_pairs(store, "gather") == {("n013", "n014"): 2, ("n014", "n013"): 4}
         assert host_pairs(store, "other") == {}
+        assert jobs_in_range(store, 10**18, 10**18 + 10**10, 4) == ["gather"]
+        (phase,) = job_phases(store, "gather", 10**18, 10**18 + 10**10)
+        assert (phase.op, phase.hosts) == ("AllGather", ("n013", "n014"))
 
 
 def test_a_store_refuses_bad_targets_clearly(tmp_path):
