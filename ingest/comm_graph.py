@@ -24,6 +24,10 @@ from fabricwatch.schemas.messages import CommGraph, Edge
 EDGES_PER_MESSAGE = 4096
 """A communicator of thousands of ranks prints tens of thousands of connections per host: split
 into messages of this many edges, each well under a broker's message limit."""
+REPEAT_AFTER_S = 300.0
+"""A communicator still running has its whole graph sent again this often: a stage-2 worker that
+restarts re-reads only the recent phases (``phases_lookback``), and a graph sent once at the job's
+start would be long gone from them."""
 FORGET_AFTER_S = 3600.0
 """A communicator nothing was heard of for this long is forgotten (its job ended): a long-running
 collector's memory stays bounded. Were its connections printed again, they would be sent again,
@@ -39,7 +43,9 @@ class _Comm:
     """When its init completed: a graph is stamped with it, so that replay puts it before the
     communicator's phases."""
     seen_ns: int
-    """When it was last heard of (read time)."""
+    """When it was last heard of (read time): its init, a connection, a collective running."""
+    whole_ns: int = 0
+    """When its whole graph was last sent."""
     rank_hosts: dict[int, str] = field(default_factory=dict)
     sent: set[Edge] = field(default_factory=set)
     new: list[Edge] = field(default_factory=list)
@@ -64,6 +70,7 @@ class GraphBuilder:
         self.stats = GraphStats()
         self._bind_after_ns = int(bind_after_s * 1e9)
         self._forget_after_ns = int(FORGET_AFTER_S * 1e9)
+        self._repeat_after_ns = int(REPEAT_AFTER_S * 1e9)
         self._nics: dict[tuple[str, int], tuple[dict[int, str], int]] = {}
         self._waiting: dict[tuple[str, int, int], list[tuple[Connection, int]]] = defaultdict(list)
         """Per thread, connections (and when they were read) that no init line has named yet."""
@@ -96,10 +103,22 @@ class GraphBuilder:
         self._waiting_since.pop(thread, None)
         self._bind(comm, self._waiting.pop(thread, []))
 
+    def running(self, comm_ids: set[str], now_ns: int) -> None:
+        """These communicators have collectives running (``PhaseCoalescer.running``)."""
+        for (comm_id, _), comm in self._comms.items():
+            if comm_id in comm_ids:
+                comm.seen_ns = max(comm.seen_ns, now_ns)
+
     def due(self, now_ns: int) -> list[CommGraph]:
         stale = [t for t, since in self._waiting_since.items() if now_ns - since >= self._bind_after_ns]
         for thread in stale:
             self._bind_late(thread)
+        for comm in self._comms.values():
+            if not comm.whole_ns:
+                comm.whole_ns = now_ns
+            elif now_ns - comm.whole_ns >= self._repeat_after_ns and comm.seen_ns > comm.whole_ns:
+                comm.new = list(comm.sent)
+                comm.whole_ns = now_ns
         graphs = self._graphs()
         self._forget(now_ns - self._forget_after_ns)
         return graphs

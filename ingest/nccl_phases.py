@@ -137,6 +137,7 @@ class NcclPhaseReader:
         self._problem(kind, text)
 
     def due(self, now_ns: int) -> list[PhaseMessage]:
+        self.graph.running(self.coalescer.running(), now_ns)
         return [*self.graph.due(now_ns), *self.coalescer.due(now_ns)]
 
     def close_all(self) -> list[PhaseMessage]:

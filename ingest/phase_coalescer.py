@@ -109,6 +109,10 @@ class PhaseCoalescer:
         current.bytes_by_process[process] = current.bytes_by_process.get(process, 0) + nbytes
         return closed
 
+    def running(self) -> set[str]:
+        """The communicators with a phase open."""
+        return {comm for comm, _ in self._open}
+
     def due(self, now_ns: int) -> list[Phase]:
         """Phases whose last call is more than ``gap_s`` before ``now_ns``."""
         idle = [key for key, p in self._open.items() if now_ns - p.last_ns > self._gap_ns]

@@ -243,23 +243,28 @@ def test_a_connection_to_a_rank_the_communicator_lacks_is_counted_and_the_rest_s
     assert graph.edges == [Edge(0, 1, 0, 0, "send", "NET", "0")] and builder.stats.unbound == 1
 
 
-def test_a_communicator_not_heard_of_for_an_hour_is_forgotten():
-    """A collector runs for months while jobs come and go: what it keeps of a job's communicators
-    goes an hour after the last word of them (the same connections printed again are sent again,
-    and the NIC list, gone with its process, no longer names the NIC)."""
+def test_a_running_communicator_s_graph_is_sent_again_and_an_ended_one_forgotten():
+    """Stage 2 workers that restart re-read only recent phases: while a communicator's collectives
+    run, its whole graph is sent again every 5 minutes. A collector runs for months while jobs come
+    and go: what it keeps of a communicator goes an hour after the last word of it (the same
+    connections printed again are then new, and the NIC list, gone with its process, no longer
+    names the NIC)."""
     builder = GraphBuilder("job", "test")
     builder.devices(NetDevices("h", 5, {0: "mlx5_0"}), S)
     seen = Connection("h", 5, 10, 0, 0, 0, 1, "send", "NET", 0)
     builder.connection(seen, S)
     builder.init(CommInit("h", 5, "0xa", 0, 2, "0xaa", tid=10), S)
-    assert [g.edges for g in builder.due(2 * S)] == [[Edge(0, 1, 0, 0, "send", "NET", "mlx5_0")]]
-    builder.connection(seen, 3000 * S)
-    builder.init(CommInit("h", 5, "0xa", 0, 2, "0xaa", tid=10), 3000 * S)
-    assert builder.due(3001 * S) == [], "heard of again within the hour: nothing new to send"
-    assert builder.due(6601 * S + 1) == []
-    builder.connection(seen, 6700 * S)
-    builder.init(CommInit("h", 5, "0xa", 0, 2, "0xaa", tid=10), 6700 * S)
-    assert [g.edges for g in builder.due(6701 * S)] == [[Edge(0, 1, 0, 0, "send", "NET", "0")]]
+    whole = [[Edge(0, 1, 0, 0, "send", "NET", "mlx5_0")]]
+    assert [g.edges for g in builder.due(2 * S)] == whole
+    builder.running({"0xaa"}, 150 * S)
+    assert builder.due(200 * S) == [], "within 5 minutes of the last whole graph"
+    builder.running({"0xaa"}, 250 * S)
+    assert [g.edges for g in builder.due(400 * S)] == whole, "still running after 5 minutes"
+    assert builder.due(800 * S) == [], "not heard of since the last whole graph"
+    assert builder.due(4000 * S) == [], "an hour after the last word: forgotten"
+    builder.connection(seen, 4100 * S)
+    builder.init(CommInit("h", 5, "0xa", 0, 2, "0xaa", tid=10), 4100 * S)
+    assert [g.edges for g in builder.due(4101 * S)] == [[Edge(0, 1, 0, 0, "send", "NET", "0")]]
 
 
 @pytest.mark.parametrize(
