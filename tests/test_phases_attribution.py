@@ -15,7 +15,7 @@ import pytest
 from fabricwatch.cli.main import main
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import Phase, decode
+from fabricwatch.schemas.messages import Phase, PhaseMessage, decode
 from fabricwatch.schemas.trace import TraceReader, TraceWriter
 
 pytestmark = pytest.mark.integration
@@ -23,15 +23,16 @@ SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
 
 def without_job(src: Path, dest: Path, job: str) -> Phase:
-    """``src`` without the phases of ``job``; returns the first of them (its hosts and times)."""
+    """``src`` without the phases and graphs of ``job``; returns the first of its phases (its hosts
+    and times)."""
     taken = []
     with TraceReader(src) as reader, TraceWriter(dest, "test", 0, dict(reader.header.meta)) as writer:
         for rec in reader:
-            if rec.topic == topics.PHASES and decode(rec.value(), Phase).job == job:
-                taken.append(decode(rec.value(), Phase))
+            if rec.topic == topics.PHASES and (msg := decode(rec.value(), PhaseMessage)).job == job:
+                taken.append(msg)
                 continue
             writer.write(rec.topic, rec.key, rec.ts_ns, rec.value())
-    return taken[0]
+    return next(m for m in taken if isinstance(m, Phase))
 
 
 Rank = tuple[list[str], Callable[[int], str | None]]

@@ -24,7 +24,7 @@ from waiting import wait_for
 from fabricwatch.ingest.simulator.run import simulate
 from fabricwatch.ingest.simulator.scenario import load_scenario
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import Label, Phase, Snapshot, Topology, decode, encode
+from fabricwatch.schemas.messages import Label, Phase, PhaseMessage, Snapshot, Topology, decode, encode
 from fabricwatch.schemas.trace import TraceReader
 from fabricwatch.streams.kafka_io import Publisher
 
@@ -71,7 +71,7 @@ def test_a_storm_read_from_the_switches_redis_is_found_at_its_root(broker, worke
             elif rec.topic == topics.LABELS:
                 label = decode(rec.value(), Label)
             else:
-                others.append((rec.topic, rec.key, decode(rec.value(), Topology | Phase)))
+                others.append((rec.topic, rec.key, decode(rec.value(), Topology | PhaseMessage)))
     assert label is not None and label.kind == "pfc_storm"
     stamps = sorted(polls)
     switch_names = sorted({s.device for s in polls[stamps[0]] if s.device_kind == "switch"})
@@ -131,5 +131,5 @@ def storms_in(anomalies: Collector) -> list:
     return [a for a in anomalies_in(anomalies.records) if a.kind == "pfc_storm"]
 
 
-def msg_ts(msg: Topology | Phase) -> int:
-    return msg.ts_ns if isinstance(msg, Topology) else msg.begin_ns
+def msg_ts(msg: Topology | PhaseMessage) -> int:
+    return msg.begin_ns if isinstance(msg, Phase) else msg.ts_ns

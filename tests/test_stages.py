@@ -14,7 +14,15 @@ from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.detectors.ticks import Ticker
 from fabricwatch.replay import replay_trace
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import Phase, Symptom, Topology, Watermark, decode, decode_rates, encode
+from fabricwatch.schemas.messages import (
+    PhaseMessage,
+    Symptom,
+    Topology,
+    Watermark,
+    decode,
+    decode_rates,
+    encode,
+)
 from fabricwatch.schemas.trace import TraceReader
 from fabricwatch.streams.stages import Stage1Worker, Stage2Worker
 
@@ -45,7 +53,7 @@ def streamed(path: Path, batch: int, order: str) -> tuple[list, Stage2Worker]:
                 stage1.set_topology(topo)
                 stage2.set_topology(topo)
             elif rec.topic == topics.PHASES:
-                stage2.on_phase(decode(rec.value(), Phase))
+                stage2.on_phase(decode(rec.value(), PhaseMessage))
     if order == "partition by partition":  # the worst a backlog can do: one partition minutes ahead
         counters.sort(key=lambda c: c[0])
     fired = []

@@ -25,10 +25,11 @@ from fabricwatch.ingest.simulator.congestion import solve
 from fabricwatch.ingest.simulator.counters import NIC_TABLE, SWITCH_TABLE, Bank, Rates, Table, rates
 from fabricwatch.ingest.simulator.fabric import NIC_PORT, Fabric, build_fabric
 from fabricwatch.ingest.simulator.faults import FaultPlan, plan_faults
+from fabricwatch.ingest.simulator.graphs import comm_graphs
 from fabricwatch.ingest.simulator.scenario import Scenario
 from fabricwatch.ingest.simulator.traffic import NS, ActivityRun, Flows, job_activities
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import CounterSpec, Phase, Snapshot
+from fabricwatch.schemas.messages import CommGraph, CounterSpec, PhaseMessage, Snapshot
 from fabricwatch.schemas.trace import TraceWriter
 
 SOURCE = "sim"
@@ -101,7 +102,8 @@ class _Simulation:
         )
         self.events = self._events()
         self.cache: OrderedDict[tuple, Rates] = OrderedDict()
-        self.phases = sorted((a.phase for a in activities if a.phase), key=lambda p: p.begin_ns)
+        phases = [a.phase for a in activities if a.phase]
+        self.phases: list[PhaseMessage] = sorted([*comm_graphs(fabric, activities), *phases], key=_phase_time)
         self.next_phase = 0
         self.held: dict[int, Snapshot] = {}
         self.refresh_ns = self._refresh_intervals()
@@ -290,9 +292,9 @@ class _Simulation:
 
     def _phases_until(self, writer: TraceWriter, t_ns: int) -> None:
         """Deliver phases that began by ``t_ns``, interleaved with snapshots so record times never go back."""
-        while self.next_phase < len(self.phases) and self.phases[self.next_phase].begin_ns <= t_ns:
-            phase: Phase = self.phases[self.next_phase]
-            writer.write_message(topics.PHASES, phase.job, phase.begin_ns, phase)
+        while self.next_phase < len(self.phases) and _phase_time(self.phases[self.next_phase]) <= t_ns:
+            phase = self.phases[self.next_phase]
+            writer.write_message(topics.PHASES, phase.job, _phase_time(phase), phase)
             self.next_phase += 1
 
     def _flush(self, writer: TraceWriter) -> None:
@@ -304,6 +306,11 @@ class _Simulation:
             self.values += len(self.devices[d].ports) * len(self.held[d].counters)
         self.held.clear()
         self._phases_until(writer, at)
+
+
+def _phase_time(msg: PhaseMessage) -> int:
+    """A phase's first call, a communication graph's time (just before its communicator's first)."""
+    return msg.ts_ns if isinstance(msg, CommGraph) else msg.begin_ns
 
 
 def _multiplier(table: Table, tx: np.ndarray, rx: np.ndarray) -> np.ndarray:
