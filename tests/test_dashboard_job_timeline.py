@@ -1,6 +1,6 @@
 """The job-timeline dashboard on the demo's store plus one job whose NCCL INIT lines were read (the
-real nccl-tests#350 log and its peer's mirror image): the simulator's jobs log no INIT lines, so
-the demo alone has no communication graph (``test_dashboards.py`` checks the other dashboards)."""
+real nccl-tests#350 log and its peer's mirror image); ``test_dashboards.py`` checks it on the demo
+alone, whose simulated jobs publish graphs made from their flows."""
 
 from __future__ import annotations
 

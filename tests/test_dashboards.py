@@ -20,10 +20,9 @@ from fabricwatch.storage.queries import anomalies_from_store
 pytestmark = pytest.mark.integration  # slow: a replayed store in embedded ClickHouse
 
 ASSETS = Path(__file__).resolve().parent.parent / "dashboards" / "grafana"
-ON_THE_DEMO = sorted(uid for uid in DASHBOARDS if uid not in {"fw-link-health", "fw-job-timeline"})
-"""Dashboards whose every panel the demo fills; link health and the job timeline have their own
-stores (``test_dashboard_link_health.py``: the simulator has no FEC, CRC or PFC watchdog counters;
-``test_dashboard_job_timeline.py``: its jobs log no NCCL INIT lines, so no graph)."""
+ON_THE_DEMO = sorted(uid for uid in DASHBOARDS if uid != "fw-link-health")
+"""Dashboards whose every panel the demo fills; link health has its own store
+(``test_dashboard_link_health.py``): the simulator has no FEC, CRC or PFC watchdog counters."""
 
 
 @pytest.fixture(scope="module")

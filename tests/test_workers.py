@@ -108,7 +108,17 @@ def test_a_broker_restart_mid_stream_loses_no_anomaly_and_no_stored_row(
             expected.assert_found(out.stop())
 
             in_new_log = polls_on(broker, topics.RATES)
-            assert wait_for(lambda: in_new_log <= stored_polls(store), 30)  # all the broker still held
+            if not wait_for(lambda: in_new_log <= stored_polls(store), 60):  # all the broker still held
+                missing = sorted(in_new_log - stored_polls(store))
+                newest = {
+                    d: int(t)
+                    for d, t in store.query("SELECT device, max(ts_ns) FROM rates_raw GROUP BY device")
+                }
+                behind = sum(t <= newest.get(d, 0) for d, t in missing)
+                pytest.fail(
+                    f"{len(missing)} polls of the new log not stored, {behind} of them at or before their "
+                    f"device's newest stored poll (so taken for redeliveries): {missing[:5]}"
+                )
         finally:
             stop_sink.set()
             sinking.join(timeout=20)
