@@ -12,7 +12,7 @@ msgspec does the decoding: it validates types while parsing and its errors name 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import numpy as np
@@ -65,10 +65,15 @@ class CounterSpec(msgspec.Struct, frozen=True, omit_defaults=True):
     scale: int = 1
 
 
+DeviceName = Annotated[str, msgspec.Meta(max_length=256)]
+"""A device's name: a host name (253 characters at most), a switch's, or ``host/nic``. Longer is
+not a name but a broken or hostile message, refused on decode rather than tracked as a device."""
+
+
 class Snapshot(msgspec.Struct, tag="snapshot", tag_field="type", omit_defaults=True):
     """All counters of one device read at one instant (``ts_ns``: collector clock, ns since epoch)."""
 
-    device: str
+    device: DeviceName
     device_kind: DeviceKind
     ts_ns: int
     counters: list[CounterSpec]
@@ -562,7 +567,7 @@ def _decoded(decoder: msgspec.json.Decoder, data: bytes | str) -> Any:
 class _SnapshotWire(msgspec.Struct, tag="snapshot", tag_field="type"):
     """A snapshot as read off the wire, its counter table left as JSON bytes (``_decode_snapshot``)."""
 
-    device: str
+    device: DeviceName
     device_kind: DeviceKind
     ts_ns: int
     counters: msgspec.Raw

@@ -71,3 +71,12 @@ def test_the_remembered_tables_are_bounded(monkeypatch):
     for n in range(10):
         decode(snapshot("a", 1, [CounterSpec(f"c{n}"), *TABLE[1:]]), Snapshot)
     assert 1 <= len(messages._counter_tables) <= 3
+
+
+def test_a_device_name_no_host_has_is_refused_not_tracked():
+    """Found by the fuzz (a real switch's readings under a 100,000-character name, sent again and
+    again): decoded as a device, its copies of other devices' counters fired an incast of their own."""
+    assert decode(snapshot("h" * 256, 1), Snapshot).device == "h" * 256
+    for expected in (None, Snapshot):
+        with pytest.raises(DecodeError, match="length <= 256"):
+            decode(snapshot("x" * 100_000, 1), expected)

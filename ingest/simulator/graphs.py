@@ -4,7 +4,8 @@ sends to whom, through which NIC, in each communicator (``CommGraph``).
 The flows of a job's activities are the truth the INIT lines only announce: each distinct
 (sending NIC, receiving NIC) of a communicator is one connection, numbered as a channel of its
 host pair, from the sending end. One graph per communicator, for all its hosts at once (a real
-fabric has one per host; stage 2 joins them the same way), stamped just before its first phase.
+fabric has one per host; stage 2 joins them the same way), stamped with its first phase's time
+and delivered before it.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def _graphs(
         CommGraph(
             job=job,
             comm=comm,
-            ts_ns=begin_ns - 1,
+            ts_ns=begin_ns,
             host="sim",
             edges=edges[at : at + EDGES_PER_MESSAGE],
             rank_hosts={r: h for h, r in rank_of.items()},

@@ -29,7 +29,7 @@ from fabricwatch.ingest.simulator.graphs import comm_graphs
 from fabricwatch.ingest.simulator.scenario import Scenario
 from fabricwatch.ingest.simulator.traffic import NS, ActivityRun, Flows, job_activities
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import CommGraph, CounterSpec, PhaseMessage, Snapshot
+from fabricwatch.schemas.messages import CommGraph, CounterSpec, Phase, PhaseMessage, Snapshot
 from fabricwatch.schemas.trace import TraceWriter
 
 SOURCE = "sim"
@@ -103,7 +103,8 @@ class _Simulation:
         self.events = self._events()
         self.cache: OrderedDict[tuple, Rates] = OrderedDict()
         phases = [a.phase for a in activities if a.phase]
-        self.phases: list[PhaseMessage] = sorted([*comm_graphs(fabric, activities), *phases], key=_phase_time)
+        graphs = comm_graphs(fabric, activities)
+        self.phases: list[PhaseMessage] = sorted([*graphs, *phases], key=_delivery)
         self.next_phase = 0
         self.held: dict[int, Snapshot] = {}
         self.refresh_ns = self._refresh_intervals()
@@ -309,8 +310,13 @@ class _Simulation:
 
 
 def _phase_time(msg: PhaseMessage) -> int:
-    """A phase's first call, a communication graph's time (just before its communicator's first)."""
+    """A phase's first call, a communication graph's time (its communicator's first call)."""
     return msg.ts_ns if isinstance(msg, CommGraph) else msg.begin_ns
+
+
+def _delivery(msg: PhaseMessage) -> tuple[int, bool]:
+    """By time, a graph before the phases it explains."""
+    return _phase_time(msg), isinstance(msg, Phase)
 
 
 def _multiplier(table: Table, tx: np.ndarray, rx: np.ndarray) -> np.ndarray:
