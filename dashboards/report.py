@@ -312,9 +312,7 @@ def _pairs_chart(job: str, pairs: dict[tuple[str, str], int], path: Path, size_p
     ax.set_yticklabels(hosts, fontsize=size)
     ax.set_xlabel("receiving host")
     ax.set_ylabel("sending host")
-    ax.set_title(
-        f"job {job}: connections between hosts (NCCL channels, from its INIT lines)", fontsize="medium"
-    )
+    ax.set_title(f"job {job}: connections between hosts, from its communication graph", fontsize="medium")
     fig.colorbar(image, ax=ax, fraction=0.03, pad=0.01)
     fig.tight_layout()
     return _save(fig, path)
