@@ -14,7 +14,16 @@ from malformed import KINDS, make
 
 from fabricwatch.local.clickhouse_server import LocalClickHouse, server_binary
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import Anomaly, DecodeError, Phase, PortRates, Topology, decode, encode
+from fabricwatch.schemas.messages import (
+    Anomaly,
+    CommGraph,
+    DecodeError,
+    Phase,
+    PortRates,
+    Topology,
+    decode,
+    encode,
+)
 from fabricwatch.storage.consumer import Backoff, StoreConsumer
 from fabricwatch.storage.sink import Sink
 from fabricwatch.storage.store import Store
@@ -36,6 +45,8 @@ def publish(settings: BrokerSettings, messages: list) -> None:
             pub.send(topics.ANOMALIES, m.fingerprint, encode(m), m.ts_ns)
         elif isinstance(m, Phase):
             pub.send(topics.PHASES, m.job, encode(m), m.begin_ns)
+        elif isinstance(m, CommGraph):
+            pub.send(topics.PHASES, m.job, encode(m), m.ts_ns)
         elif isinstance(m, Topology):
             pub.send(topics.TOPOLOGY, "fabric", encode(m), m.ts_ns)
     pub.close()

@@ -19,8 +19,9 @@ from fabricwatch.alerts.receiver import WebhookReceiver
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import (
     Anomaly,
+    CommGraph,
     DecodeError,
-    Phase,
+    PhaseMessage,
     PortRates,
     RatesBatch,
     Snapshot,
@@ -36,7 +37,7 @@ from fabricwatch.streams.traces import publish_trace
 
 EXPECTED = {
     topics.COUNTERS: Snapshot,
-    topics.PHASES: Phase,
+    topics.PHASES: PhaseMessage,
     topics.TOPOLOGY: Topology,
     topics.RATES: PortRates | RatesBatch,
     topics.ANOMALIES: Anomaly,
@@ -64,7 +65,7 @@ def samples_of(path, reference_anomaly: Anomaly, rates: PortRates) -> dict[str, 
     found: dict[str, bytes] = {}
     with TraceReader(path) as reader:
         for r in reader:
-            if r.topic in EXPECTED:
+            if r.topic in EXPECTED and not isinstance(decode(r.value()), CommGraph):  # a phase, not a graph
                 found.setdefault(r.topic, r.value())
     return found | {topics.RATES: encode(rates), topics.ANOMALIES: encode(reference_anomaly)}
 
