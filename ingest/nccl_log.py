@@ -56,6 +56,7 @@ A match that ran across a cut line into the next would leave the counts short, a
 reads that text line by line."""
 _RUN_KEY = itemgetter(0, 1, 3, 4, 5, 6)
 """What consecutive calls must share to be folded: prefix, op, datatype, root, comm, nranks."""
+_COUNT = itemgetter(2)
 _new_tuple = tuple.__new__
 _INIT = re.compile(
     r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+) .*?"
@@ -274,13 +275,21 @@ def scan(text: str) -> Scanned:
         name, size = OPS.get(op), int(dtype)
         if who is None or name is None or size >= len(DTYPE_BYTES):
             continue
-        counts = [row[2] for row in run]
+        counts = list(map(_COUNT, run))
         kept += len(counts)
         host, pid, ts = who
-        nbytes = sum(map(int, counts)) * DTYPE_BYTES[size]
+        nbytes = _elements(counts) * DTYPE_BYTES[size]
         fields = (host, pid, comm, name, nbytes, int(nranks), int(root), ts, len(counts), 0)
         calls.append(_new_tuple(CollCall, fields))  # every field: tuple.__new__ knows no defaults
     return Scanned(calls, len(rows), kept)
+
+
+def _elements(counts: list[str]) -> int:
+    """The elements of a run of calls: a training step repeats one buffer size, so a run whose
+    counts are all one text is that count times the calls, without reading each."""
+    if counts.count(counts[0]) == len(counts):
+        return int(counts[0]) * len(counts)
+    return sum(map(int, counts))
 
 
 def _who(prefix: str) -> tuple[str, int, int | None] | None:
