@@ -11,7 +11,7 @@ import pytest
 
 from fabricwatch.cli.main import main
 from fabricwatch.ingest.log_tail import LogTail
-from fabricwatch.ingest.nccl_log import CollCall, CommInit, LineError, parse_line
+from fabricwatch.ingest.nccl_log import CollCall, CommInit, LineError, parse_line, scan
 from fabricwatch.ingest.nccl_phases import NcclPhaseReader
 from fabricwatch.ingest.phase_coalescer import PhaseCoalescer
 from fabricwatch.schemas.messages import Phase, decode
@@ -34,6 +34,17 @@ def test_the_real_coll_lines_read_exactly():
     assert (first.host, first.pid, first.comm, first.nranks) == ("hopper01", 191370, "0x55fca23fc0f0", 2)
     assert first.bytes == 2097152 * 4, "count 2097152 of datatype 7 (float32)"
     assert calls[-1].bytes == 4 and first.ts_ns is None
+
+
+def test_a_scan_folds_a_run_of_calls_with_their_bytes_whether_their_sizes_agree_or_not():
+    """The real AllGather line repeated as a training loop repeats it: the same size three times,
+    then sizes that differ (a last, smaller bucket); each run is one call of its summed bytes."""
+    same = COLL + "\n" + COLL + "\n" + COLL + "\n"
+    mixed = same + COLL.replace("count 2097152", "count 1024") + "\n"
+    (run,) = scan(same).calls
+    assert (run.n, run.bytes) == (3, 3 * 2097152 * 4)
+    (run,) = scan(mixed).calls
+    assert (run.n, run.bytes) == (4, (3 * 2097152 + 1024) * 4)
 
 
 def test_the_real_init_log_gives_the_communicator_and_nothing_else_is_mistaken():
