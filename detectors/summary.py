@@ -115,9 +115,7 @@ def _project_rows(layout: Layout, values: np.ndarray, line_bytes_ps: np.ndarray 
     out[:, _SUM_OUT] = sums
     for col, cols in proj.maxes:
         if cols.size:
-            part = values[:, cols]
-            seen = ~np.isnan(part).all(axis=1)
-            out[seen, col] = np.nanmax(part[seen], axis=1)
+            out[:, col] = np.fmax.reduce(values[:, cols], axis=1)  # NaN only where all are unknown
     if line_bytes_ps is not None:
         line_bps = np.asarray(line_bytes_ps, dtype=np.float64) * 8.0
         with np.errstate(divide="ignore", invalid="ignore"):
