@@ -181,9 +181,8 @@ class Describer:
             incident.severity = "critical"
         matched = self.jobs.attach(incident, under, incident.start_ns, cross_from=under)
         job = f"; job {', '.join(incident.jobs)}" if incident.jobs else ""
-        pairs = self.jobs.crossing_pairs(matched[0].job, matched[0].comm, under) if matched else None
-        if pairs:
-            incident.evidence["crossing_host_pairs"] = pairs
+        pairs = incident.evidence.get("crossing_host_pairs")
+        if matched and pairs:
             job += f" ({pairs} host pairs of {matched[0].job} cross {root.device})"
         incident.summary = (
             f"ECMP collapse on {root.group}: entropy {latest.evidence.get('entropy')}, "

@@ -94,9 +94,9 @@ class JobAttribution:
         """Jobs whose phases ran on these hosts when the incident started (preferring ``prefer`` ops);
         with ``cross_from``, only phases that also reach hosts outside that set (traffic that leaves),
         and, where a communicator's graph is known, only those with host pairs across it, most
-        pairs first. Otherwise the phase that began closest to the incident's start comes first:
-        what changed is the likeliest cause, not the job that was already running. Returns the
-        matching phases in that order."""
+        pairs first (their count in the evidence, ``crossing_host_pairs``). Otherwise the phase
+        that began closest to the incident's start comes first: what changed is the likeliest
+        cause, not the job that was already running. Returns the matching phases in that order."""
         if not hosts:
             return []
         slack = 2 * NS
@@ -123,6 +123,8 @@ class JobAttribution:
         )
         if matches and matches[0].step is not None:
             incident.evidence["step"] = matches[0].step
+        if matches and crossing.get((matches[0].job, matches[0].comm)):
+            incident.evidence["crossing_host_pairs"] = crossing[(matches[0].job, matches[0].comm)]
         for ph in matches:
             if ph.job not in incident.jobs:
                 incident.jobs.append(ph.job)

@@ -11,7 +11,7 @@ are counted and left out (``stamp_untimed=False``) and the user is told how to l
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,7 +65,7 @@ class NcclPhaseReader:
         self._stamp_untimed = stamp_untimed
         self._said = said if said is not None else set()
 
-    def line(self, text: str, read_ns: int | None = None) -> list[PhaseMessage]:
+    def line(self, text: str, read_ns: int | None = None) -> Sequence[PhaseMessage]:
         self.stats.lines += 1
         if "\ufffd" in text:
             self._problem("not UTF-8", f"a line with bytes that are not UTF-8: {text.strip()[:100]!r}")
@@ -92,9 +92,9 @@ class NcclPhaseReader:
         if parsed.ts_ns is None and not self._stamp_untimed:
             self._untimed(1)
             return []
-        return list(self.coalescer.call(parsed, now))
+        return self.coalescer.call(parsed, now)
 
-    def chunk(self, text: str, read_ns: int | None = None) -> list[PhaseMessage]:
+    def chunk(self, text: str, read_ns: int | None = None) -> Sequence[PhaseMessage]:
         """Many lines at once (what one read of a file gave, ending with a newline): the phases
         ``line`` would give for each, from one regex scan of the whole text. Text that holds
         anything the scan does not cover (an INIT or connection line, bytes that are not UTF-8, a
@@ -113,7 +113,7 @@ class NcclPhaseReader:
             if len(timed) < len(calls):
                 self._untimed(sum(c.n for c in calls if c.ts_ns is None))
             calls = timed
-        return list(self.coalescer.calls(calls, read_ns if read_ns is not None else time.time_ns()))
+        return self.coalescer.calls(calls, read_ns if read_ns is not None else time.time_ns())
 
     @staticmethod
     def _calls_and_others(text: str, kept: int) -> bool:
@@ -123,14 +123,14 @@ class NcclPhaseReader:
             return False
         return kept == text.count(COLL_HINT)
 
-    def record(self, rec: CollCall | CommInit) -> list[PhaseMessage]:
+    def record(self, rec: CollCall | CommInit) -> Sequence[PhaseMessage]:
         """A call or a communicator from another record of the job (``phase_formats``), timed."""
         if isinstance(rec, CommInit):
             self.stats.inits += 1
             self.coalescer.init(rec)
             return []
         self.stats.calls += rec.n
-        return list(self.coalescer.call(rec, rec.ts_ns or 0))
+        return self.coalescer.call(rec, rec.ts_ns or 0)
 
     def problem(self, kind: str, text: str) -> None:
         """Something that cost a line or a record: counted, and said once per kind."""

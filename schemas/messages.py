@@ -174,6 +174,11 @@ PhaseMessage = Phase | CommGraph
 """What ``fabric.phases`` carries."""
 
 
+def phase_time(msg: PhaseMessage) -> int:
+    """A message's time on ``fabric.phases``: a phase's first call, a graph's init."""
+    return msg.ts_ns if isinstance(msg, CommGraph) else msg.begin_ns
+
+
 class Device(msgspec.Struct, frozen=True, omit_defaults=True):
     id: str
     kind: Literal["host", "nic", "leaf", "spine"]

@@ -23,7 +23,7 @@ from fabricwatch.cli.main import main
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.local.broker import free_port
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import CommGraph, Phase, PhaseMessage, decode
+from fabricwatch.schemas.messages import CommGraph, Phase, PhaseMessage, decode, phase_time
 from fabricwatch.schemas.trace import TraceWriter
 
 pytestmark = pytest.mark.integration
@@ -173,7 +173,7 @@ def test_a_job_s_logs_through_the_broker_name_it_and_its_senders_in_a_simulated_
     live = tmp_path / "live.trace"
     with TraceWriter(live, "test", 0, {}) as w:
         for m in got:
-            w.write_message(topics.PHASES, m.job, m.ts_ns if isinstance(m, CommGraph) else m.begin_ns, m)
+            w.write_message(topics.PHASES, m.job, phase_time(m), m)
     capsys.readouterr()
     assert main(["replay", str(counters), "--with", str(live), "--json"]) == 0
     (incast,) = incasts(capsys)

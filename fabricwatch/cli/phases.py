@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from fabricwatch.cli import options
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import CommGraph, Phase, PhaseMessage, encode
+from fabricwatch.schemas.messages import CommGraph, Phase, PhaseMessage, encode, phase_time
 
 if TYPE_CHECKING:
     from fabricwatch.ingest.nccl_phases import JobReaders
@@ -136,12 +136,12 @@ def _import(args: argparse.Namespace, readers: JobReaders) -> int:
             _warn(f"{path}: {exc}; skipped")
     phases += readers.close_all()
     _graphs_before_their_phases(phases)
-    phases.sort(key=_at)
+    phases.sort(key=phase_time)
     with TraceWriter(
         args.out, "phases import", time.time_ns(), {"jobs": sorted({p.job for p in phases})}
     ) as w:
         for ph in phases:
-            w.write_message(topics.PHASES, ph.job, _at(ph), ph)
+            w.write_message(topics.PHASES, ph.job, phase_time(ph), ph)
     _summary(readers, args.out)
     return 0 if phases and not failed else 1
 
@@ -161,13 +161,13 @@ def _collect(args: argparse.Namespace, readers: JobReaders) -> int:
         publisher = None
         if args.out is not None:
             writer = stack.enter_context(TraceWriter(args.out, "phases collect", time.time_ns(), {}))
-            outputs.append(lambda ph: writer.write_message(topics.PHASES, ph.job, _at(ph), ph))
+            outputs.append(lambda ph: writer.write_message(topics.PHASES, ph.job, phase_time(ph), ph))
         if publishing(args):
             settings = options.broker_settings(args)
             ensure_topics(settings, [topics.PHASES])
             publisher = Publisher(settings)
             stack.callback(_close_publisher, publisher)
-            outputs.append(lambda ph: publisher.send(topics.PHASES, ph.job, encode(ph), _at(ph)))
+            outputs.append(lambda ph: publisher.send(topics.PHASES, ph.job, encode(ph), phase_time(ph)))
         if not outputs:
             raise ValueError("nowhere to put the phases: give --broker HOST:PORT, --out TRACE, or both")
         tail = stack.enter_context(LogTail(args.log, args.from_start))
@@ -217,11 +217,6 @@ def _graphs_before_their_phases(messages: list[PhaseMessage]) -> None:
     for m in messages:
         if isinstance(m, CommGraph) and (m.job, m.comm) in first:
             m.ts_ns = min(m.ts_ns, first[(m.job, m.comm)])
-
-
-def _at(msg: PhaseMessage) -> int:
-    """A message's time on the topic: a phase's first call, a graph's init."""
-    return msg.ts_ns if isinstance(msg, CommGraph) else msg.begin_ns
 
 
 def _summary(readers: JobReaders, out: Path | None) -> None:

@@ -29,7 +29,7 @@ from fabricwatch.ingest.simulator.graphs import comm_graphs
 from fabricwatch.ingest.simulator.scenario import Scenario
 from fabricwatch.ingest.simulator.traffic import NS, ActivityRun, Flows, job_activities
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import CommGraph, CounterSpec, Phase, PhaseMessage, Snapshot
+from fabricwatch.schemas.messages import CounterSpec, Phase, PhaseMessage, Snapshot, phase_time
 from fabricwatch.schemas.trace import TraceWriter
 
 SOURCE = "sim"
@@ -293,9 +293,9 @@ class _Simulation:
 
     def _phases_until(self, writer: TraceWriter, t_ns: int) -> None:
         """Deliver phases that began by ``t_ns``, interleaved with snapshots so record times never go back."""
-        while self.next_phase < len(self.phases) and _phase_time(self.phases[self.next_phase]) <= t_ns:
+        while self.next_phase < len(self.phases) and phase_time(self.phases[self.next_phase]) <= t_ns:
             phase = self.phases[self.next_phase]
-            writer.write_message(topics.PHASES, phase.job, _phase_time(phase), phase)
+            writer.write_message(topics.PHASES, phase.job, phase_time(phase), phase)
             self.next_phase += 1
 
     def _flush(self, writer: TraceWriter) -> None:
@@ -309,14 +309,9 @@ class _Simulation:
         self._phases_until(writer, at)
 
 
-def _phase_time(msg: PhaseMessage) -> int:
-    """A phase's first call, a communication graph's time (its communicator's first call)."""
-    return msg.ts_ns if isinstance(msg, CommGraph) else msg.begin_ns
-
-
 def _delivery(msg: PhaseMessage) -> tuple[int, bool]:
-    """By time, a graph before the phases it explains."""
-    return _phase_time(msg), isinstance(msg, Phase)
+    """By time (a graph's is its communicator's first call), a graph before the phases it explains."""
+    return phase_time(msg), isinstance(msg, Phase)
 
 
 def _multiplier(table: Table, tx: np.ndarray, rx: np.ndarray) -> np.ndarray:
