@@ -2,10 +2,14 @@
 coalesced), and the phase messages it sends for a job of 8 ranks each doing 2,000 collectives a
 second, against the one-message-per-call baseline. Prints JSON lines.
 
-The lines are the real COLL line of torchtitan#1369 (tests/fixtures), one rank per file, AllReduce
-and AllGather alternating every 50 calls, as a training step's data-parallel and tensor-parallel
-collectives do. The files are read as `phases collect` reads them: each rank's last 0.1 s of lines
-at a time, stamped with the time of the read.
+The lines are the real COLL line of torchtitan#1369 (tests/fixtures), one rank per file, in two
+layouts, one JSON line each:
+- ``runs``: AllReduce and AllGather alternating every 50 calls of one size, as a training step's
+  data-parallel and tensor-parallel collectives do;
+- ``interleaved``: the collective and the size change at every call, the worst case for the
+  collector, which reads a run of like calls at once.
+The files are read as `phases collect` reads them: each rank's last 0.1 s of lines at a time,
+stamped with the time of the read.
 
     python bench/bench_phases.py [--seconds 5] [--repeat 3]
 """
@@ -26,18 +30,26 @@ RANKS = 8
 CALLS_PER_S = 2000
 LINE = (
     "hopper01:{pid}:191425 [{dev}] NCCL INFO {op}: opCount {n:x} sendbuff 0x7fa921200000 recvbuff "
-    "0x7fa915800000 count 2097152 datatype 7 op 0 root 0 comm 0x55fca23fc{rank:03x} [nranks=8] "
+    "0x7fa915800000 count {count} datatype 7 op 0 root 0 comm 0x55fca23fc{rank:03x} [nranks=8] "
     "stream 0x55fca193e8e0\n"
 )
 
 
-def write_logs(folder: Path, seconds: float) -> int:
+LAYOUTS = {
+    "runs": lambda n: ("AllReduce" if (n // 50) % 2 == 0 else "AllGather", 2097152),
+    "interleaved": lambda n: ("AllReduce" if n % 2 == 0 else "AllGather", 1024 + n % 997),
+}
+"""The collective and the element count of a rank's ``n``-th call."""
+
+
+def write_logs(folder: Path, seconds: float, layout: str = "runs") -> int:
     calls = int(CALLS_PER_S * seconds)
+    call = LAYOUTS[layout]
     for rank in range(RANKS):
         with open(folder / f"rank{rank}.log", "w") as f:
             for n in range(calls):
-                op = "AllReduce" if (n // 50) % 2 == 0 else "AllGather"
-                f.write(LINE.format(pid=191000 + rank, dev=rank, op=op, n=n, rank=rank))
+                op, count = call(n)
+                f.write(LINE.format(pid=191000 + rank, dev=rank, op=op, n=n, count=count, rank=rank))
     return calls * RANKS
 
 
@@ -76,26 +88,32 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=5.0, help="seconds of the job's logging (default: 5)")
     p.add_argument("--repeat", type=int, default=3, help="runs; the best is reported (default: 3)")
     args = p.parse_args()
-    with tempfile.TemporaryDirectory(prefix="fw-bench-phases-") as tmp:
-        folder = Path(tmp)
-        lines = write_logs(folder, args.seconds)
-        best = min((run_once(folder) for _ in range(args.repeat)), key=lambda r: r[0])
+    for layout in LAYOUTS:
+        with tempfile.TemporaryDirectory(prefix="fw-bench-phases-") as tmp:
+            folder = Path(tmp)
+            lines = write_logs(folder, args.seconds, layout)
+            best = min((run_once(folder) for _ in range(args.repeat)), key=lambda r: r[0])
+        report(layout, best, lines, args.seconds)
+
+
+def report(layout: str, best: tuple[float, int, int], lines: int, seconds: float) -> None:
     cpu_s, read, phases = best
     assert read == lines, (read, lines)
     per_10k_ms = cpu_s / lines * 10_000 * 1e3
-    node_share = cpu_s / args.seconds
+    node_share = cpu_s / seconds
     print(
         json.dumps(
             {
                 "bench": "phases_collector",
+                "layout": layout,
                 "lines": lines,
                 "cpu_ms_per_10k_lines": round(per_10k_ms, 2),
                 "us_per_line": round(cpu_s / lines * 1e6, 3),
                 "core_share_at_8x2000_calls_per_s": round(node_share, 4),
-                "messages_per_s": round(phases / args.seconds, 2),
-                "messages_per_s_per_rank": round(phases / args.seconds / RANKS, 3),
+                "messages_per_s": round(phases / seconds, 2),
+                "messages_per_s_per_rank": round(phases / seconds / RANKS, 3),
                 "baseline_messages_per_s": CALLS_PER_S * RANKS,
-                "messages_ratio_to_baseline": round(phases / args.seconds / (CALLS_PER_S * RANKS), 5),
+                "messages_ratio_to_baseline": round(phases / seconds / (CALLS_PER_S * RANKS), 5),
             }
         )
     )

@@ -136,11 +136,13 @@ class LogTail:
             f.offset += len(chunk)
             f.before = chunk[-1:]
             self.stats.bytes += len(chunk)
-            complete, newline, f.partial = (f.partial + chunk).rpartition(b"\n")
-            if not newline:
-                f.partial = complete + f.partial
+            held = f.partial + chunk
+            cut = held.rfind(b"\n") + 1
+            f.partial = held[cut:]
+            if not cut:
                 continue
-            text = complete.decode("utf-8", errors="replace") + "\n"
+            # a writer that writes whole lines leaves nothing after the last newline: no copy
+            text = (held if cut == len(held) else held[:cut]).decode("utf-8", errors="replace")
             if "\ufffd" in text:
                 self.stats.not_utf8 += sum("\ufffd" in line for line in text.split("\n"))
             self.stats.lines += text.count("\n")

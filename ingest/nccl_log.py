@@ -28,8 +28,6 @@ import re
 import time
 from datetime import datetime
 from functools import lru_cache
-from itertools import groupby
-from operator import itemgetter
 from typing import NamedTuple
 
 _WHO = (
@@ -44,20 +42,24 @@ _COLL = re.compile(
     r"comm (?P<comm>0x[0-9a-fA-F]+) \[nranks=(?P<nranks>\d+)\]"
 )
 _COLL_RUN = re.compile(
-    r"(?m)^([^\n]*?\]) NCCL INFO ([A-Za-z]+): opCount [^ ]+ sendbuff [^ ]+ recvbuff [^ ]+ "
-    r"count (\d+) datatype (\d+) op \d+ root (-?\d+) comm (0x[0-9a-fA-F]+) \[nranks=(\d+)\]"
+    r"\n(?P<head>(?:[^\]\n]*\])+? NCCL INFO [A-Za-z]+: opCount )"
+    r"[^ ]+ sendbuff [^ ]+ recvbuff [^ ]+ count (?P<count>\d+)"
+    r"(?P<tail> datatype \d+ op \d+ root -?\d+ comm 0x[0-9a-fA-F]+ \[nranks=\d+\])"
+    r"(?P<more>(?:[^\n]*\n(?P=head)[^ ]+ sendbuff [^ ]+ recvbuff [^ ]+ count \d+(?P=tail))*)"
 )
-"""A COLL line as (what stands before `` NCCL INFO``, then the fields a call needs), for ``findall``: a
-pattern that starts at a line's start is tried once per line, where one starting with the host
-would be tried at every position of every line (3-4x slower). It is ``_COLL`` made cheaper for the
-engine: the prefix stops at the first ``]`` that `` NCCL INFO`` follows, the fields not needed are
-not captured, and ``[^ ]+`` (one character compared, where a class is tested) skips the buffers.
-A match that ran across a cut line into the next would leave the counts short, and the caller
-reads that text line by line."""
-_RUN_KEY = itemgetter(0, 1, 3, 4, 5, 6)
-"""What consecutive calls must share to be folded: prefix, op, datatype, root, comm, nranks."""
-_COUNT = itemgetter(2)
-_new_tuple = tuple.__new__
+"""A run of COLL lines of one process, communicator and collective, for ``findall`` over the text
+with a newline put before it: the first line's ``head`` (who, the collective), ``count`` and
+``tail`` (datatype, communicator, ...), and in ``more`` the lines after it that repeat them but for
+their opCount, buffers and count. A training loop logs such runs, and the engine matches a later
+line against the first with two back-references, where it would read each field of it (a line
+of a run costs 0.45 against 1.0 us); the fields are read once per head and tail, not per line.
+Each line starts at a newline, a literal the engine finds at C speed; the prefix stops at the
+first ``]`` that `` NCCL INFO`` follows (``[^ ]+`` skips the buffers: one character compared,
+where a class is tested). A match that ran across a cut line into the next would leave the counts
+short, and the caller reads that text line by line."""
+_HEAD = re.compile(r"(?P<prefix>.*?) NCCL INFO (?P<op>[A-Za-z]+): opCount ")
+_TAIL = re.compile(r" datatype (\d+) op \d+ root (-?\d+) comm (\S+) \[nranks=(\d+)\]")
+_COUNTS = re.compile(r" count (\d+) datatype ")
 _INIT = re.compile(
     r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+) .*?"
     r"commId (?P<commid>0x[0-9a-fA-F]+) - Init COMPLETE"
@@ -259,37 +261,57 @@ class Scanned(NamedTuple):
 
 
 def scan(text: str) -> Scanned:
-    """The well-formed COLL lines of ``text`` (many lines), in order, in one regex pass: what
-    ``parse_line`` gives for each, except that consecutive calls of one process, communicator and
-    collective with one time are folded into one (``n`` calls, bytes summed), and each distinct
-    ``host:pid:tid`` prefix is read once. Lines it cannot read it leaves out: the caller compares
-    the counts with the lines of the text."""
-    rows = _COLL_RUN.findall(text)
+    """The well-formed COLL lines of ``text`` (many lines) in one regex pass: what ``parse_line``
+    gives for each, except that the calls of one process, communicator and collective with one
+    time (a line's own, or none) are folded into one (``n`` calls, bytes summed), in the order
+    each first came. So a read of interleaved collectives (FSDP's AllGather and ReduceScatter,
+    layer after layer) is one call per collective, not per line. Lines it cannot read it leaves
+    out: the caller compares the counts with the lines of the text."""
+    runs: dict[tuple[str, str], list[int]] = {}
+    lines = 0
+    for head, count, tail, more in _COLL_RUN.findall("\n" + text):
+        if more:
+            n = more.count("\n") + 1
+            elements = _elements(count, more, n)
+        else:  # interleaved collectives: a run of one, the most lines a read can cost
+            n, elements = 1, int(count)
+        lines += n
+        same = runs.get((head, tail))
+        if same is None:
+            runs[head, tail] = [elements, n]
+        else:
+            same[0] += elements
+            same[1] += n
     calls: list[CollCall] = []
     kept = 0
-    who_of: dict[str, tuple[str, int, int | None] | None] = {}
-    for (prefix, op, dtype, root, comm, nranks), run in groupby(rows, _RUN_KEY):
-        who = who_of.get(prefix, ())
-        if who == ():
-            who = who_of[prefix] = _who(prefix)
-        name, size = OPS.get(op), int(dtype)
-        if who is None or name is None or size >= len(DTYPE_BYTES):
-            continue
-        counts = list(map(_COUNT, run))
-        kept += len(counts)
-        host, pid, ts = who
-        nbytes = _elements(counts) * DTYPE_BYTES[size]
-        fields = (host, pid, comm, name, nbytes, int(nranks), int(root), ts, len(counts), 0)
-        calls.append(_new_tuple(CollCall, fields))  # every field: tuple.__new__ knows no defaults
-    return Scanned(calls, len(rows), kept)
+    for (head, tail), (elements, n) in runs.items():
+        call = _call(head, tail, elements, n)
+        if call is not None:
+            calls.append(call)
+            kept += n
+    return Scanned(calls, lines, kept)
 
 
-def _elements(counts: list[str]) -> int:
-    """The elements of a run of calls: a training step repeats one buffer size, so a run whose
-    counts are all one text is that count times the calls, without reading each."""
-    if counts.count(counts[0]) == len(counts):
-        return int(counts[0]) * len(counts)
-    return sum(map(int, counts))
+def _elements(count: str, more: str, n: int) -> int:
+    """The elements of a run of ``n`` calls, the first of ``count``: a training step repeats one
+    buffer size, so a run whose later lines all say that count is it times the calls, without
+    reading each."""
+    if more.count(f" count {count} datatype ") == n - 1:
+        return int(count) * n
+    return int(count) + sum(map(int, _COUNTS.findall(more)))
+
+
+def _call(head: str, tail: str, elements: int, n: int) -> CollCall | None:
+    """``n`` calls of ``elements`` in all, from their shared head and tail; None for a collective
+    or a datatype not known, or a prefix that names no process."""
+    h, t = _HEAD.match(head), _TAIL.match(tail)
+    who = _who(h["prefix"]) if h and t else None
+    name = OPS.get(h["op"]) if h else None
+    if who is None or name is None or t is None or int(t[1]) >= len(DTYPE_BYTES):
+        return None
+    host, pid, ts = who
+    nbytes = elements * DTYPE_BYTES[int(t[1])]
+    return CollCall(host, pid, t[3], name, nbytes, int(t[4]), int(t[2]), ts, n)
 
 
 def _who(prefix: str) -> tuple[str, int, int | None] | None:

@@ -47,6 +47,30 @@ def test_a_scan_folds_a_run_of_calls_with_their_bytes_whether_their_sizes_agree_
     assert (run.n, run.bytes) == (4, (3 * 2097152 + 1024) * 4)
 
 
+def test_a_scan_of_interleaved_collectives_gives_one_call_per_collective_and_time_as_lines_do():
+    """The real log interleaves two ranks' AllGather and ReduceScatter as tensor parallelism does,
+    layer by layer: the scan folds each process's calls of a collective (not only consecutive
+    ones: rank 1's two AllGathers have a ReduceScatter between them) and loses no byte; lines with
+    their own, different times stay apart."""
+    by_line: dict[tuple, list[int]] = {}
+    for c in map(parse_line, COLL_LOG.splitlines()):
+        by_line.setdefault((c.host, c.pid, c.comm, c.op, c.ts_ns), []).append(c.bytes)
+    scanned = scan(COLL_LOG)
+    assert [(c.pid, c.op, c.n) for c in scanned.calls] == [
+        (191370, "AllGather", 2),
+        (191369, "ReduceScatter", 1),
+        (191369, "AllGather", 1),
+        (191370, "ReduceScatter", 1),
+        (191369, "AllReduce", 2),
+    ]
+    assert {(c.host, c.pid, c.comm, c.op, c.ts_ns): c.bytes for c in scanned.calls} == {
+        key: sum(sizes) for key, sizes in by_line.items()
+    }
+    assert (scanned.lines, scanned.kept) == (7, 7)
+    timed = "\n".join(f"[2025-03-01 10:00:0{s}] {COLL}" for s in (0, 1, 0)) + "\n"
+    assert [(c.ts_ns - scan(timed).calls[0].ts_ns, c.n) for c in scan(timed).calls] == [(0, 2), (10**9, 1)]
+
+
 def test_the_real_init_log_gives_the_communicator_and_nothing_else_is_mistaken():
     parsed = [parse_line(line) for line in INIT_LOG.splitlines()]
     ours = [p for p in parsed if p is not None]
