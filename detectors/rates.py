@@ -217,7 +217,7 @@ class RateEngine:
         self.stats.snapshots += 1
         self.stats.values += len(snap.ports) * len(snap.counters)
         layout = self._layout(snap.counters)
-        raw, valid = _as_matrix(snap.values, len(snap.ports), len(snap.counters))
+        raw, valid = snap.matrix()
         prev = self._devices.get(snap.device)
         if prev is not None and snap.ts_ns <= prev.ts_ns:
             if snap.ts_ns == prev.ts_ns:
@@ -312,9 +312,8 @@ class RateEngine:
         rows: list[int],
         out: list[RateFrame | None],
     ) -> None:
-        try:
-            raw = np.array([s.values for s in snaps], dtype=np.uint64)
-        except (TypeError, OverflowError, ValueError):  # a value missing or out of range: one by one
+        raw = _stacked(snaps)
+        if raw is None:  # a value missing or out of range: one by one
             for s, line, i in zip(snaps, lines, rows, strict=True):
                 out[i] = self.update(s, line)
             return
@@ -467,19 +466,19 @@ def _known(layout: Layout, valid: np.ndarray | None, prev_valid: np.ndarray | No
     return now & (before | ~layout.is_counter)
 
 
-def _as_matrix(
-    values: list[list[int | None]], nports: int, ncols: int
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Values as a uint64 matrix plus a validity mask (None when every value is present);
-    missing or negative entries are invalid."""
+def _stacked(snaps: list[Snapshot]) -> np.ndarray | None:
+    """The snapshots' values (one layout, one port count) as one uint64 array in one call, or None
+    if any value is unknown. Bytes, as they come off the wire, are joined and viewed at once."""
+    packed = [s.values for s in snaps if isinstance(s.values, bytes) and not s.unknown]
+    if len(packed) == len(snaps):
+        shape = (len(snaps), len(snaps[0].ports), len(snaps[0].counters))
+        return np.frombuffer(b"".join(packed), dtype="<u8").reshape(shape)  # type: ignore[arg-type]
+    if any(isinstance(s.values, bytes) for s in snaps):
+        return None
     try:
-        return np.array(values, dtype=np.uint64).reshape(nports, ncols), None
-    except (TypeError, OverflowError):
-        pass
-    flat = [v if isinstance(v, int) and 0 <= v < 1 << 64 else None for row in values for v in row]
-    valid = np.array([v is not None for v in flat], dtype=bool).reshape(nports, ncols)
-    raw = np.array([v or 0 for v in flat], dtype=np.uint64).reshape(nports, ncols)
-    return raw, valid
+        return np.array([s.values for s in snaps], dtype=np.uint64)
+    except (TypeError, OverflowError, ValueError):
+        return None
 
 
 def _realign(prev: _DeviceState, layout: Layout, ports: list[str]) -> _DeviceState:

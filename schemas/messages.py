@@ -1,9 +1,10 @@
 """Wire messages: typed, validated on decode, versioned.
 
 Every message is one JSON object with a ``type`` tag and a schema version ``v``. A device snapshot
-is columnar (a counter table plus a ports x counters value matrix) because one Kafka message per
-device snapshot is what keeps Python fast enough: decoding a matrix of ints and handing it to numpy
-costs tens of nanoseconds per value, while one object per counter would cost microseconds.
+is columnar (a counter table plus a ports x counters value matrix, sent as raw bytes) because one
+Kafka message per device snapshot is what keeps Python fast enough: viewing a matrix's bytes as
+numpy costs well under a nanosecond per value, decoding it from JSON integers tens, while one
+object per counter would cost microseconds.
 
 msgspec does the decoding: it validates types while parsing and its errors name the field path
 (``Expected `int`, got `str` - at `$.ts_ns```), which is what a dead-letter reason needs.
@@ -71,19 +72,68 @@ not a name but a broken or hostile message, refused on decode rather than tracke
 
 
 class Snapshot(msgspec.Struct, tag="snapshot", tag_field="type", omit_defaults=True):
-    """All counters of one device read at one instant (``ts_ns``: collector clock, ns since epoch)."""
+    """All counters of one device read at one instant (``ts_ns``: collector clock, ns since epoch).
+
+    ``values`` is the ports x counters matrix in one of two forms. A collector builds rows of
+    integers (``None``: the device did not say). On the wire (``encode``) it is the matrix's raw
+    little-endian uint64 bytes (base64 in JSON), with ``unknown`` listing the flat positions of
+    the values not said: stage 1 decoded a 64-port switch's 5,504 JSON integers into Python ints
+    and then into numpy, most of its decoding; the bytes are one view (``bench/bench_rates.py``).
+    Rows are still read: what earlier builds and recorded traces hold. Read values through
+    ``matrix()``, which takes either."""
 
     device: DeviceName
     device_kind: DeviceKind
     ts_ns: int
     counters: list[CounterSpec]
     ports: list[str]
-    values: list[list[int | None]]
+    values: bytes | list[list[int | None]]
     source: str = ""
+    unknown: list[int] = msgspec.field(default_factory=list)
+    """With ``values`` as bytes: the flat positions (``port * len(counters) + counter``) of values
+    the device did not report, whose bytes mean nothing."""
     v: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
-        _check_matrix(self.ts_ns, self.ports, self.values, len(self.counters), "counters")
+        if not isinstance(self.values, bytes):
+            _check_matrix(self.ts_ns, self.ports, self.values, len(self.counters), "counters")
+            return
+        _check_stamp(self.ts_ns)
+        size = len(self.ports) * len(self.counters)
+        if len(self.values) != 8 * size:
+            raise ValueError(
+                f"values has {len(self.values)} bytes but {len(self.ports)} ports x "
+                f"{len(self.counters)} counters of uint64 take {8 * size}"
+            )
+        if self.unknown and not 0 <= min(self.unknown) <= max(self.unknown) < size:
+            raise ValueError(f"unknown names a position outside the {size} values")
+
+    def matrix(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """The values as a ports x counters uint64 array, and which are known (None: all of them).
+        A missing, negative or over-wide value in rows is unknown; unknown entries read 0."""
+        shape = (len(self.ports), len(self.counters))
+        if isinstance(self.values, bytes):
+            raw = np.frombuffer(self.values, dtype="<u8").reshape(shape)
+            if not self.unknown:
+                return raw, None
+            valid = np.ones(raw.size, dtype=bool)
+            valid[self.unknown] = False
+            return np.where(valid.reshape(shape), raw, 0).astype(np.uint64), valid.reshape(shape)
+        try:
+            return np.array(self.values, dtype=np.uint64).reshape(shape), None
+        except (TypeError, OverflowError):
+            pass
+        flat = [v if isinstance(v, int) and 0 <= v < 1 << 64 else None for row in self.values for v in row]
+        valid = np.array([v is not None for v in flat], dtype=bool).reshape(shape)
+        return np.array([v or 0 for v in flat], dtype=np.uint64).reshape(shape), valid
+
+    def packed(self) -> Snapshot:
+        """This snapshot with its values as bytes, the form ``encode`` sends."""
+        if isinstance(self.values, bytes):
+            return self
+        raw, valid = self.matrix()
+        unknown = [] if valid is None else np.flatnonzero(~valid).tolist()
+        return msgspec.structs.replace(self, values=raw.astype("<u8").tobytes(), unknown=unknown)
 
 
 class Phase(msgspec.Struct, tag="phase", tag_field="type", omit_defaults=True):
@@ -544,7 +594,8 @@ _typed_decoders: dict[type, msgspec.json.Decoder] = {}
 
 
 def encode(msg: Message) -> bytes:
-    return _encoder.encode(msg)
+    """One message as JSON; a snapshot's values as bytes (``Snapshot.packed``)."""
+    return _encoder.encode(msg.packed() if isinstance(msg, Snapshot) else msg)
 
 
 def decode(data: bytes | str, expected: type | None = None) -> Any:
@@ -577,8 +628,9 @@ class _SnapshotWire(msgspec.Struct, tag="snapshot", tag_field="type"):
     ts_ns: int
     counters: msgspec.Raw
     ports: list[str]
-    values: list[list[int | None]]
+    values: bytes | list[list[int | None]]
     source: str = ""
+    unknown: list[int] = msgspec.field(default_factory=list)
     v: int = SCHEMA_VERSION
 
 
@@ -600,7 +652,14 @@ def _decode_snapshot(data: bytes | str) -> Snapshot:
     counters = _counter_table(bytes(wire.counters))
     try:
         return Snapshot(
-            wire.device, wire.device_kind, wire.ts_ns, counters, wire.ports, wire.values, wire.source
+            wire.device,
+            wire.device_kind,
+            wire.ts_ns,
+            counters,
+            wire.ports,
+            wire.values,
+            wire.source,
+            wire.unknown,
         )
     except ValueError as exc:
         raise DecodeError(str(exc)) from None

@@ -146,7 +146,7 @@ class Stage1Worker:
             if not self.clock.ahead(snap.ts_ns):
                 self.clock.seen(snap.device, snap.ts_ns)
                 taken.append((snap, sources[i], i))
-                pending += len(snap.values) * len(snap.counters)
+                pending += len(snap.ports) * len(snap.counters)
                 continue
             released, dropped = self.clock.hold(snap.device, snap.ts_ns, (snap, sources[i], i))
             if dropped is not None:
@@ -155,7 +155,7 @@ class Stage1Worker:
             for _, (held, source, index) in released:
                 self.clock.seen(held.device, held.ts_ns)
                 taken.append((held, source, index))
-                pending += len(held.values) * len(held.counters)
+                pending += len(held.ports) * len(held.counters)
         self._run(taken, batch)
         for symptom in self.core.flush():
             batch.add_symptom(self._pod(symptom), symptom)

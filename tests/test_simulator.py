@@ -67,7 +67,7 @@ def read_trace(path: Path) -> Trace:
         first = lst[0]
         devices[name] = Series(
             t=(np.array([s.ts_ns for s in lst]) - start_ns) / 1e9,
-            values=np.array([s.values for s in lst], dtype=np.uint64),
+            values=np.stack([s.matrix()[0] for s in lst]),
             ports=first.ports,
             columns={(c.name, c.index): i for i, c in enumerate(first.counters)},
             kinds=[c.kind for c in first.counters],

@@ -81,7 +81,7 @@ def test_round_trip(tmp_path: Path, name: str) -> None:
         (topics.COUNTERS, "leaf03", T0 + 5),
         (topics.COUNTERS, "leaf04", T0 + 6),
     ]
-    assert [messages.decode(r.value()) for r in records[:3]] == [SNAPSHOT, PHASE, LABEL]
+    assert [messages.decode(r.value()) for r in records[:3]] == [SNAPSHOT.packed(), PHASE, LABEL]
     assert [r.value() for r in records[3:]] == [GARBAGE, PRETTY_JSON, FOREIGN_OBJECT, b""]
     assert records[5].payload is not None, "a one-line JSON object is embedded, not base64"
     assert all(r.payload_b64 is not None for r in (records[3], records[4], records[6]))
