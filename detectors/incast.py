@@ -44,6 +44,10 @@ from fabricwatch.schemas.messages import Symptom
 
 
 class IncastDetector:
+    SIGNALS = frozenset({"queue_ecn_marked_packets"})
+    """A switch that counts ECN marks and marked none this poll has no queue that can start an
+    incast (a deep queue must also mark); one without the counter is judged by depth alone."""
+
     def __init__(self, config: IncastConfig) -> None:
         self.config = config
         self._streaks = StreakTable()
@@ -57,6 +61,12 @@ class IncastDetector:
     ) -> list[Symptom]:
         """``curve(queues)`` gives the switch's ECN thresholds per (port, queue) where the topology
         knows them."""
+        if (
+            frame.layout.columns_of(self.SIGNALS).size
+            and not frame.any_above_zero(self.SIGNALS)
+            and not self._streaks.open(frame.device)
+        ):
+            return []  # nothing marked and nothing open: the poll would change nothing
         watermark, queues = frame.indexed("queue_watermark_bytes")
         if queues.size == 0:
             return []

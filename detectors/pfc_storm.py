@@ -40,6 +40,8 @@ class PfcWatchdog:
         return self._storm.open(device)
 
     def update(self, frame: RateFrame, line_Bps: np.ndarray) -> list[Symptom]:
+        if not frame.any_above_zero(self.SIGNALS) and not self.open(frame.device):
+            return []  # nothing paused and nothing open: the poll would change nothing
         rx_frames, prios = frame.indexed("rx_pfc_frames")
         if prios.size == 0:
             return []
@@ -111,12 +113,18 @@ class StalledEgress:
     Unknown pause counters never make a port "not paused".
     """
 
+    SIGNALS = frozenset({"tx_pfc_frames"})
+    """Counters without which (none above zero: the switch pauses no ingress port) a poll cannot
+    start a stall."""
+
     def __init__(self, config: PfcStormConfig) -> None:
         self.config = config
         self._stall = StreakTable()
         self._flowing = StreakTable()
 
     def update(self, frame: RateFrame, line_Bps: np.ndarray) -> list[Symptom]:
+        if not frame.any_above_zero(self.SIGNALS) and not self._stall.open(frame.device):
+            return []
         rx_frames, prios = frame.indexed("rx_pfc_frames")
         tx_pfc = frame.aligned("tx_pfc_frames", prios)
         queue_tx = frame.aligned("queue_tx_bytes", prios)

@@ -153,6 +153,11 @@ class RateFrame:
         cols, numbers = self.layout.indexed(name)
         return self.values[:, cols], numbers
 
+    def any_above_zero(self, names: frozenset[str]) -> bool:
+        """Whether any of these counters (at any index) rose or read above zero; unknown is not."""
+        cols = self.layout.columns_of(names)
+        return bool(cols.size) and bool((self.values[:, cols] > 0).any())
+
     def aligned(self, name: str, wanted: np.ndarray) -> np.ndarray | None:
         """A per-priority/per-queue counter as ports x ``wanted`` index numbers (NaN where this
         device lacks one), or None when it lacks the counter altogether."""

@@ -4,7 +4,9 @@ everything here is keyed by device, so any partitioning of devices across worker
 ``process_batch`` is the workers' path: rates for a batch in stacked numpy passes, and the NIC
 detectors skipped for a NIC whose poll shows none of their signals (no pause, ECN mark or CNP
 above zero) while none of its streaks is open, since for such a poll they change nothing and say
-nothing. A fabric has ten NIC snapshots for every switch one, and nearly all are quiet."""
+nothing. A fabric has ten NIC snapshots for every switch one, and nearly all are quiet. The
+switch detectors of pauses and marks return at once, by the same reasoning, from a poll in which
+the switch received and sent no pause and marked nothing while none of their streaks is open."""
 
 from __future__ import annotations
 

@@ -146,6 +146,16 @@ def test_a_whole_poll_of_standing_incast_is_reported_at_once():
     assert out[1] and out[1][0].kind == "incast"
 
 
+def test_an_incast_clears_on_the_first_poll_that_marks_nothing():
+    """A poll without marks or pauses spares the switch's congestion detectors, except where one of
+    their streaks is open: the incast's end is said then, not when the queue next marks."""
+    sw, stage = Switch("leaf0", PORTS), Stage1()
+    out = run(stage, [sw.poll(1.0), sw.poll(1.0, **incast("Ethernet0", PORTS[1:5])), sw.poll(1.0)])
+    assert out[1] and out[1][0].active
+    assert [(s.kind, s.port, s.active) for s in out[2]] == [("incast", "Ethernet0", False)]
+    assert run(stage, [sw.poll(1.0)]) == [[]]
+
+
 def test_incast_near_the_start_level_does_not_flap_with_noisy_readings():
     """Once begun, an incast holds while its queue peaks past a quarter of the ECN band."""
     sw, stage = Switch("leaf0", PORTS), Stage1()
