@@ -4,7 +4,9 @@ Feeds pre-encoded snapshots (what arrives from Kafka or a trace) of a 64-port sw
 through schemas.messages.decode and the RateEngine, for many devices in turn as a stage-1 worker
 would see them. Also reports the full stage-1 (rates + detectors) on the same input, one snapshot
 at a time (``decode_stage1``) and in batches as the workers run it (``stage1_nic_batch``,
-``stage1_switch_batch``: ``Stage1Worker.process``, from message bytes to encoded output messages).
+``stage1_switch_batch``: ``Stage1Worker.process``, from message bytes to encoded output messages;
+``stage1_switch_marking_batch``: the same switches marking and pausing a little on every queue,
+which every switch detector must then read).
 
     python bench/bench_rates.py [--seconds 5]
 """
@@ -77,14 +79,21 @@ _TYPICAL_RATE = {
 }
 """Steady traffic at about a third of 400G line rate and no congestion: the common case, in which
 detectors are quiet; a benchmark full of random counters would measure symptom formatting."""
+_MARKING_RATE = {"queue_ecn_marked_packets": 1000, "rx_pfc_frames": 100, "tx_pfc_frames": 100}
+"""The same with a few ECN marks and pauses on every queue and priority, too few to be a fault:
+every switch detector then reads the whole poll (``stage1_switch_marking_batch``)."""
+_QUEUE_BYTES = 100_000
+"""Gauges and watermarks: a queue well below the ECN band."""
 
 
 def encoded_series(
-    kind: str, devices: int, polls: int, nports: int, counters: list[CounterSpec]
+    kind: str, devices: int, polls: int, nports: int, counters: list[CounterSpec], marking: bool = False
 ) -> list[bytes]:
     rng = np.random.default_rng(1)
     base = rng.integers(0, 2**40, size=(devices, nports, len(counters)), dtype=np.uint64)
-    typical = np.array([_TYPICAL_RATE.get(c.name, 0) for c in counters], dtype=np.uint64)
+    base[:, :, [c.kind != "counter" for c in counters]] = _QUEUE_BYTES
+    rates = {**_TYPICAL_RATE, **(_MARKING_RATE if marking else {})}
+    typical = np.array([rates.get(c.name, 0) for c in counters], dtype=np.uint64)
     step = (rng.uniform(0.5, 1.0, size=(devices, nports, len(counters))) * typical).astype(np.uint64)
     ports = [f"Ethernet{8 * i}" for i in range(nports)] if kind == "switch" else ["1"]
     out = []
@@ -163,6 +172,8 @@ def main() -> None:
             print(json.dumps(measure(label, msgs, per, args.seconds, stage1)), flush=True)
         short = "switch" if label.startswith("switch") else label
         print(json.dumps(measure_batch(short, msgs, args.seconds, args.batch)), flush=True)
+    marking = encoded_series("switch", 8, 20, 64, sw, marking=True)
+    print(json.dumps(measure_batch("switch_marking", marking, args.seconds, args.batch)), flush=True)
 
 
 if __name__ == "__main__":

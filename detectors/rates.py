@@ -90,6 +90,9 @@ class Layout:
     positions: dict[tuple[str, int | None], int]
     _indexed: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, compare=False)
     _columns: dict[frozenset[str], np.ndarray] = field(default_factory=dict, compare=False)
+    _aligned: dict[tuple[str, bytes], tuple[np.ndarray, np.ndarray | None] | None] = field(
+        default_factory=dict, compare=False
+    )
 
     @classmethod
     def of(cls, counters: tuple[CounterSpec, ...]) -> Layout:
@@ -130,6 +133,27 @@ class Layout:
             )
         return found
 
+    def aligned_columns(self, name: str, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """The columns of a per-priority/per-queue counter at the ``wanted`` index numbers, and
+        which of those numbers have one (None: all do); None when the table lacks the counter.
+        Detectors ask the same few questions of every poll, so the answers are kept."""
+        key = (name, wanted.tobytes())
+        if key in self._aligned:
+            return self._aligned[key]
+        cols, numbers = self.indexed(name)
+        found: tuple[np.ndarray, np.ndarray | None] | None = None
+        if numbers.size and np.array_equal(numbers, wanted):
+            found = (cols, None)
+        elif numbers.size:
+            pos = {int(n): c for n, c in zip(numbers, cols, strict=True)}
+            present = [j for j, w in enumerate(wanted) if int(w) in pos]
+            found = (
+                np.array([pos[int(wanted[j])] for j in present], dtype=np.intp),
+                np.array(present, dtype=np.intp),
+            )
+        self._aligned[key] = found
+        return found
+
 
 @dataclass
 class RateFrame:
@@ -161,17 +185,14 @@ class RateFrame:
     def aligned(self, name: str, wanted: np.ndarray) -> np.ndarray | None:
         """A per-priority/per-queue counter as ports x ``wanted`` index numbers (NaN where this
         device lacks one), or None when it lacks the counter altogether."""
-        values, numbers = self.indexed(name)
-        if numbers.size == 0:
+        found = self.layout.aligned_columns(name, wanted)
+        if found is None:
             return None
-        if np.array_equal(numbers, wanted):
-            return values
-        out = np.full((values.shape[0], wanted.size), np.nan)
-        pos = {int(n): i for i, n in enumerate(numbers)}
-        for j, w in enumerate(wanted):
-            i = pos.get(int(w))
-            if i is not None:
-                out[:, j] = values[:, i]
+        cols, present = found
+        if present is None:
+            return self.values[:, cols]
+        out = np.full((self.values.shape[0], wanted.size), np.nan)
+        out[:, present] = self.values[:, cols]
         return out
 
 
