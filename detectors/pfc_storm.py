@@ -124,7 +124,7 @@ class StalledEgress:
 
     def update(self, frame: RateFrame, line_Bps: np.ndarray) -> list[Symptom]:
         if not frame.any_above_zero(self.SIGNALS) and not self._stall.open(frame.device):
-            return []
+            return []  # no ingress port paused and nothing open: the poll would change nothing
         rx_frames, prios = frame.indexed("rx_pfc_frames")
         tx_pfc = frame.aligned("tx_pfc_frames", prios)
         queue_tx = frame.aligned("queue_tx_bytes", prios)

@@ -120,8 +120,8 @@ class CollCall(NamedTuple):
     ts_ns: int | None
     """The line's own time, when NCCL printed one."""
     n: int = 1
-    """Calls this stands for: ``scan`` folds consecutive lines that differ only in their buffers
-    and element count into one, their bytes summed."""
+    """Calls this stands for: ``scan`` folds the lines of a read that differ only in their
+    opCount, buffers and element count into one, their bytes summed."""
     dur_ns: int = 0
     """How long the call ran, where the record says (a profiler's kernel); a log line does not."""
 
