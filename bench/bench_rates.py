@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+from fabricwatch.blas_threads import limit_blas_threads
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.rates import RateEngine
 from fabricwatch.detectors.stage1 import Stage1
@@ -158,6 +159,7 @@ def measure_batch(label: str, messages: list[bytes], seconds: float, batch: int)
 
 
 def main() -> None:
+    limit_blas_threads()  # as the workers run
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--batch", type=int, default=1000, help="snapshots per stage-1 batch (a worker's)")

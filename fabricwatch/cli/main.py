@@ -13,6 +13,7 @@ import sys
 from types import ModuleType
 
 from fabricwatch import __version__
+from fabricwatch.blas_threads import limit_blas_threads
 from fabricwatch.cli import (
     alert,
     broker,
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run a subcommand; a usage, config, input or broker error is one line on stderr and exit 2,
     Ctrl-C one line and exit 130 (never a traceback)."""
     args = parser().parse_args(argv)
+    limit_blas_threads()
     try:
         return COMMANDS[args.command].run(args)
     except KeyboardInterrupt:  # what the command opened was closed on the way out
