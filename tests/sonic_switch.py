@@ -206,10 +206,10 @@ class SnapshotSwitch:
 
     def write(self, snap: Snapshot) -> None:
         hashes: dict[str, dict[str, int]] = {}
+        raw, known = snap.matrix()
         for row, col, obj, field_name in self._cells:
-            value = snap.values[row][col]
-            if value is not None:
-                hashes.setdefault(f"COUNTERS:{self.oids[obj]}", {})[field_name] = value
+            if known is None or known[row, col]:
+                hashes.setdefault(f"COUNTERS:{self.oids[obj]}", {})[field_name] = int(raw[row, col])
         pipe = self.counters.pipeline(transaction=False)
         for key, mapping in hashes.items():
             pipe.hset(key, mapping=mapping)
