@@ -49,7 +49,7 @@ def test_two_workers_find_what_the_in_process_replay_finds(broker, workers, tmp_
     assert published.stats.failed == published.stats.dropped == 0
     assert wait_for(lambda: expected.keys() <= firing([decode(r.value) for r in out.records]).keys(), 90)
     got = firing([decode(r.value) for r in out.stop()])
-    assert got.keys() == expected.keys()
+    assert got.keys() == expected.keys(), (sorted(got), sorted(expected))
     for key, start in expected.items():
         assert abs(got[key] - start) <= POLL_NS, key
     stages = set()
