@@ -118,7 +118,9 @@ class Snapshot(msgspec.Struct, tag="snapshot", tag_field="type", omit_defaults=T
                 return raw, None
             valid = np.ones(raw.size, dtype=bool)
             valid[self.unknown] = False
-            return np.where(valid.reshape(shape), raw, 0).astype(np.uint64), valid.reshape(shape)
+            zeroed = raw.flatten()
+            zeroed[self.unknown] = 0
+            return zeroed.reshape(shape), valid.reshape(shape)
         try:
             return np.array(self.values, dtype=np.uint64).reshape(shape), None
         except (TypeError, OverflowError):
