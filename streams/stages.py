@@ -289,6 +289,15 @@ class Stage2Worker:
     moves on to the newest watermark, so the incidents of a finished input still resolve. At start,
     it waits ``startup_wait_s`` for a first watermark from each of ``expected_sources``, the input
     partitions.
+
+    "Caught up" is true of the moment the worker asked the broker, not after: a producer sends
+    each partition's records in its own batches, so one partition can be read to its end while the
+    records that follow it in time are still on their way, and other partitions have moved past
+    them. Stage 2 so reads a caught-up partition's watermark as moving on with the wall clock from
+    when it last moved (its devices' next records are stamped no earlier than that), up to the
+    newest watermark, and not as the newest watermark at once. One caught up and unmoved for
+    ``quiet_after_s`` (its devices stopped sending) holds nothing back: a replay faster than real
+    time pays that once, not the replay's pace.
     """
 
     def __init__(
@@ -297,6 +306,7 @@ class Stage2Worker:
         tick_s: float = 0.02,
         stall_after_s: float = 30.0,
         heartbeat_s: float = 2.0,
+        quiet_after_s: float = 2.0,
         startup_wait_s: float = 5.0,
         max_held: int = 200_000,
         expected_sources: Sequence[str] = (),
@@ -307,6 +317,7 @@ class Stage2Worker:
         self.core = Stage2(config, tick_s)
         self.stall_after_s = stall_after_s
         self.heartbeat_s = heartbeat_s
+        self.quiet_after_s = quiet_after_s
         self.startup_wait_s = startup_wait_s
         self.max_held = max_held
         self._marks: dict[tuple[str, str], _Mark] = {}
@@ -376,12 +387,9 @@ class Stage2Worker:
             return []
         if not self._marks:
             return []
-        waiting = [
-            m.ts_ns
-            for m in self._marks.values()
-            if not (m.caught_up and now - m.heard < self.heartbeat_s) and now - m.moved < self.stall_after_s
-        ]
-        until = min(waiting) if waiting else max(m.ts_ns for m in self._marks.values())
+        newest = max(m.ts_ns for m in self._marks.values())
+        passed = [p for m in self._marks.values() if (p := self._passed(m, now)) is not None]
+        until = min([newest, *passed])
         fired: list[Anomaly] = []
         while self._held and (self._held[0][0] <= until or len(self._held) > self.max_held):
             ts_ns, _, symptom = heapq.heappop(self._held)
@@ -398,6 +406,16 @@ class Stage2Worker:
             fired += self.core.evaluate_now()
             self._unevaluated = False
         return fired
+
+    def _passed(self, mark: _Mark, now: float) -> int | None:
+        """How far in event time one input partition is known to be complete; None if it holds
+        nothing back (stalled, or caught up and quiet)."""
+        idle_s = now - mark.moved
+        if not (mark.caught_up and now - mark.heard < self.heartbeat_s):
+            return mark.ts_ns if idle_s < self.stall_after_s else None
+        if mark.ts_ns == 0 or idle_s >= self.quiet_after_s:
+            return None
+        return mark.ts_ns + int(idle_s * 1e9)
 
     def _take(self, ts_ns: int, symptom: Symptom | None) -> list[Anomaly]:
         """Move time to ``ts_ns`` (through a tick every ``step_s`` of a quiet stretch, so quiet

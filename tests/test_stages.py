@@ -104,6 +104,37 @@ def test_a_caught_up_partition_holds_nothing_back_while_its_worker_says_so():
     assert stage2.held == 0
 
 
+def test_a_caught_up_partition_behind_the_others_holds_their_symptoms_until_it_moves_or_goes_quiet():
+    """Read to its end is a claim about the moment the worker asked: the producer may still hold
+    the partition's next records while other partitions have moved past them."""
+    stage2 = Stage2Worker(DetectorConfig(), heartbeat_s=2, quiet_after_s=2)
+    s = 1_000_000_000
+    symptom = encode(Symptom("pfc_storm", "leaf00", ts_ns=60 * s, start_ns=60 * s, port="Ethernet0"))
+    stage2.feed(encode(Watermark("nic", 50 * s, caught_up=True)), now=0.0)
+    stage2.feed(encode(Watermark("leaf", 61 * s, caught_up=True)), now=0.0)
+    stage2.feed(symptom, now=0.1)
+    assert stage2.held == 1  # the NIC's records of 50-60 s may still be on their way
+    stage2.feed(encode(Watermark("nic", 55 * s, caught_up=True)), now=0.5)
+    assert stage2.held == 1
+    stage2.feed(encode(Watermark("nic", 60 * s, caught_up=True)), now=0.6)
+    assert stage2.held == 0
+    stage2.feed(symptom, now=0.7)  # behind the released time: taken at once
+    assert stage2.held == 0
+
+
+def test_a_caught_up_partition_that_went_quiet_stops_holding_the_others_back():
+    stage2 = Stage2Worker(DetectorConfig(), heartbeat_s=2, quiet_after_s=2)
+    s = 1_000_000_000
+    stage2.feed(encode(Watermark("gone", 50 * s, caught_up=True)), now=0.0)
+    stage2.feed(encode(Watermark("live", 61 * s, caught_up=True)), now=0.0)
+    symptom = Symptom("pfc_storm", "leaf00", ts_ns=60 * s, start_ns=60 * s, port="Ethernet0")
+    stage2.feed(encode(symptom), now=0.1)
+    stage2.feed(encode(Watermark("gone", 50 * s, caught_up=True)), now=1.5)
+    assert stage2.held == 1
+    stage2.feed(encode(Watermark("gone", 50 * s, caught_up=True)), now=2.1)  # unmoved for 2 s: quiet
+    assert stage2.held == 0
+
+
 DEEP_FIELD = b'"extra":' + b"[" * 3000 + b"]" * 3000
 """An unknown field 6 KB long nested 3,000 deep: more than the decoder's stack takes."""
 DEEP = b'{"type":"snapshot",' + DEEP_FIELD + b"}"
