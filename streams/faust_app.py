@@ -35,7 +35,7 @@ def make_app(opts: WorkerOptions) -> faust.App:
         Stage1Worker(opts.config, opts.outliers, opts.max_message_bytes),
         Stage2Worker(opts.config, stall_after_s=max(opts.stall_source_s, 2 * opts.session_timeout_s)),
     )
-    stage1_agent.wire(worker)
+    stage1_agent.wire(worker, _aiokafka_kwargs(opts.broker))
     stage2_agent.wire(worker)
     broadcast.wire(worker, _aiokafka_kwargs(opts.broker))
     web.wire(worker)

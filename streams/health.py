@@ -27,7 +27,9 @@ class Progress:
     stall_after_s: float = 30.0
     started: float = field(default_factory=time.monotonic)
     last_progress: float = field(default_factory=time.monotonic)
-    joined: bool = False
+    joined: set[str] = field(default_factory=set)
+    """The consumer groups that have assigned this worker its share (stage 1's and stage 2's)."""
+    groups: tuple[str, ...] = ("stage1", "stage2")
     inputs_ready: bool = False
     counts: Counter[str] = field(default_factory=Counter)
     dead_letters: Counter[str] = field(default_factory=Counter)
@@ -117,8 +119,8 @@ class Progress:
         self.dead_letters[reason_class(reason)] += 1
 
     def readiness(self) -> tuple[bool, str]:
-        if not self.joined:
-            return False, "not yet assigned partitions by the consumer group"
+        if waiting := [g for g in self.groups if g not in self.joined]:
+            return False, f"not yet assigned partitions by the consumer group of {' and '.join(waiting)}"
         if not self.inputs_ready:
             return False, "still reading topology and phases"
         return True, "ready"

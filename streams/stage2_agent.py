@@ -41,7 +41,7 @@ def wire(w: Worker) -> None:
                     fired, reason = w.stage2.feed(event.message.value, time.monotonic(), channel)
                     w.progress.core_cpu_s["stage2"] += time.thread_time() - began
                     if reason is not None:
-                        await w.dead_letter(event, reason)
+                        await w.dead_letter(event.message, reason)
                     await publish(fired)
                 taken = w.stage2.taken - taken
             w.progress.processed("symptoms", taken)  # symptoms and watermarks, not messages

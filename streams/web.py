@@ -14,7 +14,7 @@ def wire(w: Worker) -> None:
 
     @app.on_partitions_assigned.connect
     async def on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
-        w.progress.joined = True
+        w.progress.joined.add("stage2")
 
     @app.page("/ready")
     async def ready(web: Any, request: Any) -> Any:

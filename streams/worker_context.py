@@ -68,7 +68,9 @@ class Worker:
     topology: TopologyView = field(default_factory=TopologyView)
     """The whole fabric's topology with each host's LLDP report merged in."""
     processed: dict[Any, int] = field(default_factory=dict)
-    """The last offset processed per counters partition (for the caught-up heartbeat)."""
+    """The last offset processed per counters partition (for the caught-up heartbeat and commits)."""
+    stage1_consumer: Any = None
+    """Stage 1's own consumer of ``fabric.counters`` (``stage1_agent``), beside Faust's."""
 
     def __post_init__(self) -> None:
         self._deadletter = self.app.topic(topics.DEADLETTER)
@@ -79,9 +81,9 @@ class Worker:
         await self.app.producer.send(topic, message.key, message.value, None, None, None)
         self.progress.sent[topic] += 1
 
-    async def dead_letter(self, event: Any, reason: str) -> None:
-        """The event's message to the dead-letter topic with its reason and origin in headers."""
-        m = event.message
+    async def dead_letter(self, m: Any, reason: str) -> None:
+        """A consumed message (Faust's or aiokafka's: topic, partition, offset, key, value) to the
+        dead-letter topic with its reason and origin in headers."""
         self.progress.dead_letter(reason)
         headers = [
             ("reason", reason.encode()),
@@ -97,13 +99,14 @@ class Worker:
             await self._deadletter.send(key=m.key, value=(m.value or b"")[:DEAD_LETTER_HEAD], headers=headers)
 
     async def lag(self) -> int:
-        """Messages waiting on this worker's partitions."""
+        """Messages waiting on this worker's partitions, of both stages."""
         total = 0
-        for tp in self.app.consumer.assignment():
-            try:
-                position = await self.app.consumer.position(tp)
-            except KafkaError:  # revoked by a rebalance in the meantime
-                continue
-            if position is not None:
-                total += max(0, (self.app.consumer.highwater(tp) or 0) - position)
+        for consumer in (self.app.consumer, self.stage1_consumer):
+            for tp in consumer.assignment() if consumer is not None else ():
+                try:
+                    position = await consumer.position(tp)
+                except KafkaError:  # revoked by a rebalance in the meantime
+                    continue
+                if position is not None:
+                    total += max(0, (consumer.highwater(tp) or 0) - position)
         return total

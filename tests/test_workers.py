@@ -29,6 +29,7 @@ from fabricwatch.schemas.messages import decode
 from fabricwatch.schemas.trace import TraceReader
 from fabricwatch.storage.consumer import StoreConsumer
 from fabricwatch.storage.store import Store
+from fabricwatch.streams import stage1_agent
 from fabricwatch.streams.kafka_io import ensure_topics
 from fabricwatch.streams.traces import publish_trace
 
@@ -184,7 +185,8 @@ def test_a_stopped_worker_has_committed_what_it_processed(broker, tmp_path):
     finally:
         assert worker.stop() == 0  # SIGTERM: a clean exit
     admin = KafkaAdminClient(**broker.kafka_kwargs())
-    committed = admin.list_group_offsets("fabricwatch")["fabricwatch"]
+    group = stage1_agent.group_id("fabricwatch")
+    committed = admin.list_group_offsets(group)[group]
     admin.close()
     done = sum(o.offset for tp, o in committed.items() if tp.topic == topics.COUNTERS)
     assert done == counters  # a restart would start after the last snapshot, not redo any
