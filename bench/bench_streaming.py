@@ -38,7 +38,7 @@ from fabricwatch.local.workers import WorkerProcess
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Anomaly, Symptom, SymptomBatch, decode
 from fabricwatch.schemas.trace import TraceReader
-from fabricwatch.streams.kafka_io import BrokerSettings, ensure_topics
+from fabricwatch.streams.kafka_io import BrokerSettings, ensure_topics, log_ends
 from fabricwatch.streams.traces import publish_trace
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
@@ -136,10 +136,7 @@ def latency(settings: BrokerSettings, scenario: Path, duration: int, load: float
         for t in (topics.ANOMALIES, topics.SYMPTOMS)
         for p in sorted(watcher.partitions_for_topic(t))
     ]
-    watcher.assign(tps)
-    watcher.seek_to_end(*tps)
-    for tp in tps:
-        watcher.position(tp)
+    log_ends(watcher, tps)
     sent: dict[int, float] = {}
     feeder = threading.Thread(target=feed, args=(trace, settings, speed, sent))
     feeder.start()

@@ -49,6 +49,8 @@ async def _follow(consumer: AIOKafkaConsumer, w: Worker) -> None:
                 _apply(record.topic, record.value, w)
         if not w.progress.inputs_ready:
             positions = [await consumer.position(tp) for tp in tps]
+            # And the fetched high watermark: Tansu lists less than the end (kafka_io.log_ends).
+            ends = {tp: max(ends[tp], consumer.highwater(tp) or 0) for tp in tps}
             w.progress.inputs_ready = all(p >= ends[tp] for p, tp in zip(positions, tps, strict=True))
 
 

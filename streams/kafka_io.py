@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -112,6 +113,27 @@ def ensure_topics(settings: BrokerSettings, names: list[str] | None = None) -> l
         return missing
     finally:
         admin.close()
+
+
+def log_ends(consumer: Any, tps: list[Any], timeout_s: float = 5.0) -> dict[Any, int]:
+    """The offset after each partition's last record, with the kafka-python ``consumer`` assigned
+    to ``tps`` and positioned there.
+
+    Kafka answers a ListOffsets request with it. Tansu answers with the start of the partition's
+    last batch of records (measured: 550 against 616 records in 12 partitions), so a reader that
+    trusts it stops short of the last batch, or takes that batch for new. A fetch from there
+    carries the true high watermark, so the answer is checked by one."""
+    listed = consumer.end_offsets(tps)
+    consumer.assign(tps)
+    for tp in tps:
+        consumer.seek(tp, listed[tp])
+    deadline = time.monotonic() + timeout_s
+    while any(consumer.highwater(tp) is None for tp in tps) and time.monotonic() < deadline:
+        consumer.poll(timeout_ms=100)  # the records of those last batches are not wanted
+    ends = {tp: max(listed[tp], consumer.highwater(tp) or 0) for tp in tps}
+    for tp in tps:
+        consumer.seek(tp, ends[tp])
+    return ends
 
 
 @dataclass

@@ -20,6 +20,7 @@ from fabricwatch.streams.kafka_io import (
     BrokerSettings,
     ensure_topics,
     load_broker_settings,
+    log_ends,
 )
 from fabricwatch.streams.traces import TRAFFIC, publish_trace, record_topics
 
@@ -59,6 +60,50 @@ def test_one_device_stays_in_order_on_one_partition(broker, tmp_path):
         for r in reader:
             times.setdefault(r.key, []).append(r.ts_ns)
     assert times and all(t == sorted(t) for t in times.values())
+
+
+def test_the_end_of_a_partition_is_after_its_last_record_though_the_broker_lists_less(broker):
+    """Tansu lists a partition's end as the start of its last batch: readers that take that for the
+    end would call a partition read while its last batch waits, or take old records for new."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as AioTopicPartition
+    from kafka import KafkaConsumer, TopicPartition
+
+    from fabricwatch.streams.kafka_io import Publisher
+    from fabricwatch.streams.stage1_agent import input_ends
+
+    topic = "test.ends"
+    ensure_topics(BrokerSettings(bootstrap=broker.bootstrap, partitions={topic: 2}), [topic])
+    publisher = Publisher(broker, linger_ms=200)  # one batch per partition
+    for i in range(100):
+        publisher.send(topic, f"device{i % 7}", b"x" * 100)
+    publisher.flush()
+    consumer = KafkaConsumer(**broker.kafka_kwargs(), enable_auto_commit=False)
+    tps = [TopicPartition(topic, p) for p in (0, 1)]
+    ends = log_ends(consumer, tps)
+    assert sum(ends.values()) == 100
+    assert not consumer.poll(timeout_ms=300)  # positioned at the end: nothing older comes
+    consumer.close()
+
+    async def read_all() -> dict:
+        aio = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
+        await aio.start()
+        try:
+            parts = [AioTopicPartition(topic, p) for p in (0, 1)]
+            aio.assign(parts)
+            await aio.seek_to_beginning(*parts)
+            read = 0
+            for _ in range(50):
+                read += sum(len(r) for r in (await aio.getmany(timeout_ms=100)).values())
+                if read == 100:
+                    break
+            return await input_ends(aio, parts)
+        finally:
+            await aio.stop()
+
+    assert sum(asyncio.run(read_all()).values()) == 100  # what stage 1 calls caught up
 
 
 def test_topics_are_created_once_with_their_partitions(broker):

@@ -30,7 +30,7 @@ from fabricwatch.schemas.trace import TraceReader
 from fabricwatch.storage.consumer import StoreConsumer
 from fabricwatch.storage.store import Store
 from fabricwatch.streams import stage1_agent
-from fabricwatch.streams.kafka_io import ensure_topics
+from fabricwatch.streams.kafka_io import ensure_topics, log_ends
 from fabricwatch.streams.traces import publish_trace
 
 pytestmark = pytest.mark.integration  # real processes: broker, workers, servers
@@ -61,6 +61,36 @@ def test_two_workers_find_what_the_in_process_replay_finds(broker, workers, tmp_
     assert stages == {"stage1", "stage2"}  # how old each stage's input was, for an operator
     snapshots = sum(w.metric("processed_total", 'what="snapshots"') for w in workers)
     assert snapshots >= published.records - 100  # every counters record, less phases and topology
+
+
+def test_an_upgraded_worker_starts_where_the_faust_group_of_earlier_builds_left_counters(broker, tmp_path):
+    """Earlier builds read counters in the Faust group (``fabricwatch``); stage 1's own group starts
+    from those offsets, so an upgrade neither re-reads what they processed nor skips the rest."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    ensure_topics(broker)
+    (tmp_path / "earlier").mkdir()
+    (tmp_path / "later").mkdir()
+    earlier, later = trace(tmp_path / "earlier", duration=10), trace(tmp_path / "later", duration=10)
+    with TraceReader(later) as reader:
+        counters = sum(1 for r in reader if r.topic == topics.COUNTERS)  # the same in either trace
+    publish_trace(earlier, broker)
+    old = KafkaConsumer(group_id="fabricwatch", enable_auto_commit=False, **broker.kafka_kwargs())
+    parts = [TopicPartition(topics.COUNTERS, p) for p in sorted(old.partitions_for_topic(topics.COUNTERS))]
+    ends = log_ends(old, parts)
+    assert sum(ends.values()) == counters
+    old.commit({tp: OffsetAndMetadata(ends[tp], "", -1) for tp in parts})  # all processed by the old build
+    old.close()
+    publish_trace(later, broker)
+    worker = WorkerProcess(broker.bootstrap, tmp_path / "w.log", SESSION_TIMEOUT_S)
+    try:
+        worker.wait_ready()
+        assert wait_for(lambda: worker.metric("processed_total", 'what="snapshots"') >= counters, 60)
+        time.sleep(1.0)  # anything of the earlier trace would come in the same fetches
+        assert worker.metric("processed_total", 'what="snapshots"') == counters
+    finally:
+        assert worker.stop() == 0
 
 
 def test_killing_a_worker_loses_no_anomaly(broker, workers, tmp_path):

@@ -34,7 +34,7 @@ from fabricwatch.local.workers import WorkerProcess
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Anomaly, DecodeError, decode, encode
 from fabricwatch.storage.store import DEFAULT_DATA_DIR
-from fabricwatch.streams.kafka_io import BrokerSettings, ensure_topics
+from fabricwatch.streams.kafka_io import BrokerSettings, ensure_topics, log_ends
 from fabricwatch.streams.traces import PublishResult, publish_trace
 
 HELP = "run the streaming pipeline: embedded broker, workers, a live simulated fabric"
@@ -240,10 +240,7 @@ def _watch(settings: BrokerSettings) -> Iterator[_Watcher]:
     try:
         parts = consumer.partitions_for_topic(topics.ANOMALIES) or {0}
         tps = [TopicPartition(topics.ANOMALIES, p) for p in sorted(parts)]
-        consumer.assign(tps)
-        consumer.seek_to_end(*tps)
-        for tp in tps:
-            consumer.position(tp)
+        log_ends(consumer, tps)
         yield _Watcher(consumer)
     finally:
         consumer.close()
@@ -362,7 +359,7 @@ def _wait_stored(settings: BrokerSettings, timeout_s: float = 60.0) -> None:
     consumer = KafkaConsumer(**settings.kafka_kwargs(), enable_auto_commit=False)
     try:
         tps = [TopicPartition(t, p) for t in SINK_TOPICS for p in consumer.partitions_for_topic(t) or ()]
-        ends = consumer.end_offsets(tps)
+        ends = log_ends(consumer, tps)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             committed = admin.list_group_offsets("fabricwatch-sink")["fabricwatch-sink"]
