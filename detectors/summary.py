@@ -74,6 +74,7 @@ _SUM_OUT = np.array([_COLUMN[m] for m in _SUMS], dtype=np.intp)
 class _Projection:
     weights: np.ndarray  # counters x sum-columns
     contributes: np.ndarray  # the same, 1.0 where a counter feeds a column
+    absent: np.ndarray  # sum-columns no counter of the layout feeds
     maxes: tuple[tuple[int, np.ndarray], ...]  # (output column, counter columns)
 
 
@@ -94,7 +95,9 @@ def _projection(layout: Layout) -> _Projection:
     maxes = tuple(
         (_COLUMN[out], np.array(by_name.get(name, []), dtype=np.intp)) for out, name in _MAXES.items()
     )
-    found = _projections[layout.counters] = _Projection(weights, (weights != 0).astype(float), maxes)
+    contributes = (weights != 0).astype(float)
+    found = _Projection(weights, contributes, ~contributes.any(axis=0), maxes)
+    _projections[layout.counters] = found
     return found
 
 
@@ -109,8 +112,12 @@ def _project_rows(layout: Layout, values: np.ndarray, line_bytes_ps: np.ndarray 
     only, so the ports of many frames stack into one call."""
     proj = _projection(layout)
     known = ~np.isnan(values)
-    sums = np.where(known, values, 0.0) @ proj.weights
-    sums[(known @ proj.contributes) == 0] = np.nan
+    if known.all():  # the usual poll: one product, not three passes and two
+        sums = values @ proj.weights
+        sums[:, proj.absent] = np.nan
+    else:
+        sums = np.where(known, values, 0.0) @ proj.weights
+        sums[(known @ proj.contributes) == 0] = np.nan
     out = np.full((values.shape[0], len(PORT_RATE_COLUMNS)), np.nan)
     out[:, _SUM_OUT] = sums
     for col, cols in proj.maxes:
