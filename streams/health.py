@@ -1,10 +1,11 @@
 """What a worker's health and readiness endpoints answer, decided without the web server or Kafka.
 
 Kubernetes restarts a pod whose liveness fails and sends no traffic to one that is not ready; for a
-stream worker "traffic" is partitions. So ready means: it has joined its group and holds partitions
-(or the group has more workers than partitions, which is idle, not broken), and it has read the
-topology. Healthy means: input is waiting on its partitions and it is moving; a worker whose
-partitions have lag but which has processed nothing for ``stall_after_s`` is stuck and should go.
+stream worker "traffic" is partitions. So ready means: it has joined both its groups (stage 1's and
+stage 2's) and holds partitions (or a group has more workers than partitions, which is idle, not
+broken), and it has read the topology. Healthy means: input is waiting on its partitions and it is
+moving; a worker whose partitions have lag but which has processed nothing for ``stall_after_s`` is
+stuck and should go.
 
 A worker that processes, but slower than input arrives, is not stuck: restarting it would lose its
 state and make it later still. It says so instead: how old its newest input was when processed

@@ -80,3 +80,14 @@ def test_a_worker_taking_ten_batches_a_second_is_judged_on_its_trend_too():
             lines.append(line)
     assert len(lines) == 1 and progress.falling_behind("stage1")
     assert abs(progress.growth("stage1") - 0.2) < 0.01
+
+
+def test_a_worker_is_ready_once_both_its_groups_assigned_it_and_it_read_the_topology():
+    """Stage 1 and stage 2 read in groups of their own: partitions of either may still be coming."""
+    progress = Progress()
+    progress.inputs_ready = True
+    progress.joined.add("stage2")
+    ready, detail = progress.readiness()
+    assert not ready and "stage1" in detail
+    progress.joined.add("stage1")
+    assert progress.readiness() == (True, "ready")
