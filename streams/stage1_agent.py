@@ -10,10 +10,10 @@ agent: it reads one symptoms message per pod and batch, a few hundred times fewe
 
 The consumer is in a group of its own, ``<app id>-stage1``: Faust's group assigns with Faust's own
 protocol, which a plain consumer cannot join. It commits what stage 1 processed after flushing the
-producer, so a crash redelivers, never skips (at least once): every ``COMMIT_INTERVAL_S`` and
-when the worker stops. A partition that has no offset in this group
-starts at the offset the Faust group (``<app id>``) committed for it, where workers of earlier
-builds read counters, so an upgrade neither skips nor re-reads the topic.
+producer, so a crash redelivers, never skips (at least once): every ``COMMIT_INTERVAL_S`` and when
+the worker stops. A partition that has no offset in this group starts at the offset the Faust group
+(``<app id>``) committed for it, where workers of earlier builds read counters, so an upgrade
+neither skips nor re-reads the topic.
 """
 
 from __future__ import annotations

@@ -293,7 +293,7 @@ class Stage2Worker:
     "Caught up" is true of the moment the worker asked the broker, not after: a producer sends
     each partition's records in its own batches, so one partition can be read to its end while the
     records that follow it in time are still on their way, and other partitions have moved past
-    them. Stage 2 so reads a caught-up partition's watermark as moving on with the wall clock from
+    them. So stage 2 reads a caught-up partition's watermark as moving on with the wall clock from
     when it last moved (its devices' next records are stamped no earlier than that), up to the
     newest watermark, and not as the newest watermark at once. One caught up and unmoved for
     ``quiet_after_s`` (its devices stopped sending) holds nothing back: a replay faster than real
