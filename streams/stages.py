@@ -294,7 +294,7 @@ class Stage2Worker:
     each partition's records in its own batches, so one partition can be read to its end while the
     records that follow it in time are still on their way, and other partitions have moved past
     them. So stage 2 reads a caught-up partition's watermark as moving on with the wall clock from
-    when it last moved (its devices' next records are stamped no earlier than that), up to the
+    when it last moved (live, about where its devices' next records will be stamped), up to the
     newest watermark, and not as the newest watermark at once. One caught up and unmoved for
     ``quiet_after_s`` (its devices stopped sending) holds nothing back: a replay faster than real
     time pays that once, not the replay's pace.
