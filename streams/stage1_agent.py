@@ -175,7 +175,7 @@ class _Offsets(ConsumerRebalanceListener):
             for tp, offset in self._w.processed.items()
             if tp in owned and self._committed.get(tp) != offset + 1
         }
-        if not done:
+        if not done or not self._member():
             return
         try:
             await self._w.app.producer.flush()
@@ -184,6 +184,14 @@ class _Offsets(ConsumerRebalanceListener):
             log.warning("stage 1 could not commit %d partitions' offsets: %r", len(done), exc)
             return
         self._committed.update(done)
+
+    def _member(self) -> bool:
+        """Whether the consumer is a member of its group's current generation. After an unknown
+        member error aiokafka resets its generation to -1 at once, but calls the revoke only after
+        it has found the coordinator again; a commit in between goes out with generation -1, which
+        a broker that came back empty takes as the commit of a consumer outside any group. aiokafka
+        has no public accessor for the generation."""
+        return self._consumer._coordinator.generation >= 0
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         async with self._w.stage1_lock:  # the batch in hand is finished first
