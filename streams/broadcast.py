@@ -9,6 +9,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import DecodeError, PhaseMessage, Topology, decode
+from fabricwatch.streams.kafka_io import log_ends_aio
 
 if TYPE_CHECKING:
     from fabricwatch.streams.worker_context import Worker
@@ -49,8 +50,7 @@ async def _follow(consumer: AIOKafkaConsumer, w: Worker) -> None:
                 _apply(record.topic, record.value, w)
         if not w.progress.inputs_ready:
             positions = [await consumer.position(tp) for tp in tps]
-            # And the fetched high watermark: Tansu lists less than the end (kafka_io.log_ends).
-            ends = {tp: max(ends[tp], consumer.highwater(tp) or 0) for tp in tps}
+            ends = await log_ends_aio(consumer, tps)
             w.progress.inputs_ready = all(p >= ends[tp] for p, tp in zip(positions, tps, strict=True))
 
 

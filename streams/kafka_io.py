@@ -136,6 +136,14 @@ def log_ends(consumer: Any, tps: list[Any], timeout_s: float = 5.0) -> dict[Any,
     return ends
 
 
+async def log_ends_aio(consumer: Any, tps: list[Any]) -> dict[Any, int]:
+    """``log_ends`` for an aiokafka consumer that is reading ``tps``: the larger of the broker's
+    answer to ListOffsets and the high watermark of the consumer's last fetch (Tansu answers
+    ListOffsets short, see ``log_ends``)."""
+    listed = await consumer.end_offsets(list(tps))
+    return {tp: max(listed.get(tp) or 0, consumer.highwater(tp) or 0) for tp in tps}
+
+
 @dataclass
 class PublisherStats:
     sent: int = 0

@@ -29,9 +29,10 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
 from fabricwatch.schemas import topics
+from fabricwatch.streams.kafka_io import log_ends_aio
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping
 
     from aiokafka.structs import ConsumerRecord
 
@@ -75,9 +76,8 @@ def wire(w: Worker, client_kwargs: dict[str, Any]) -> None:
             while True:
                 assignment = offsets.assignment
                 batch = await consumer.getmany(timeout_ms=200, max_records=opts.batch_max)
-                records = [r for rs in batch.values() for r in rs]
-                if records:
-                    await _process(w, records, offsets, assignment)
+                if batch:
+                    await _process(w, batch, offsets, assignment)
                 await offsets.commit_due()
         finally:
             await offsets.commit()
@@ -94,7 +94,7 @@ def wire(w: Worker, client_kwargs: dict[str, Any]) -> None:
             if not owned:
                 continue
             try:
-                ends = await input_ends(consumer, owned)
+                ends = await log_ends_aio(consumer, owned)
             except KafkaError as exc:  # a rebalance or a broker away: the next beat asks again
                 log.debug("no end offsets for the heartbeat: %r", exc)
                 continue
@@ -107,22 +107,15 @@ def wire(w: Worker, client_kwargs: dict[str, Any]) -> None:
                     await w.send(topics.SYMPTOMS, k)
 
 
-async def input_ends(consumer: AIOKafkaConsumer, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
-    """The offset after each partition's last record: the larger of the broker's answer to a
-    ListOffsets request and the high watermark of the consumer's last fetch. Tansu answers
-    ListOffsets with the start of a partition's last batch of records, not its end (measured: 550
-    against 616 records in 12 partitions), so a partition read only to there would be called
-    caught up; its fetch responses carry the true high watermark."""
-    listed = await consumer.end_offsets(list(tps))
-    return {tp: max(listed.get(tp) or 0, consumer.highwater(tp) or 0) for tp in tps}
-
-
-async def _process(w: Worker, records: Sequence[ConsumerRecord], offsets: _Offsets, assignment: int) -> None:
+async def _process(
+    w: Worker, batch: Mapping[TopicPartition, list[ConsumerRecord]], offsets: _Offsets, assignment: int
+) -> None:
     """One fetch through stage 1; its output handed to the producer before its offsets count as done,
     and only if no rebalance came in between (``assignment``)."""
     if not w.topology_seen.is_set():
         await _wait(w.topology_seen, w.opts.topology_wait_s)
-    sources = [f"{r.topic}/{r.partition}" for r in records]
+    records = [r for rs in batch.values() for r in rs]
+    sources = [s for tp, rs in batch.items() for s in [f"{tp.topic}/{tp.partition}"] * len(rs)]
     async with w.stage1_lock:
         began = time.thread_time()
         out = w.stage1.process([r.value for r in records], sources)
@@ -136,8 +129,7 @@ async def _process(w: Worker, records: Sequence[ConsumerRecord], offsets: _Offse
         for k in out.symptoms:
             await w.send(topics.SYMPTOMS, k)
         if assignment == offsets.assignment:
-            for r in records:
-                w.processed[TopicPartition(r.topic, r.partition)] = r.offset
+            w.processed.update((tp, rs[-1].offset) for tp, rs in batch.items())
     w.progress.processed("snapshots", len(records) - len(out.rejected))
     w.progress.processed("values", out.values)
     if change := w.progress.input_age("stage1", records[-1].timestamp / 1000):

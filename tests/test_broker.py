@@ -21,6 +21,7 @@ from fabricwatch.streams.kafka_io import (
     ensure_topics,
     load_broker_settings,
     log_ends,
+    log_ends_aio,
 )
 from fabricwatch.streams.traces import TRAFFIC, publish_trace, record_topics
 
@@ -72,7 +73,6 @@ def test_the_end_of_a_partition_is_after_its_last_record_though_the_broker_lists
     from kafka import KafkaConsumer, TopicPartition
 
     from fabricwatch.streams.kafka_io import Publisher
-    from fabricwatch.streams.stage1_agent import input_ends
 
     topic = "test.ends"
     ensure_topics(BrokerSettings(bootstrap=broker.bootstrap, partitions={topic: 2}), [topic])
@@ -99,7 +99,7 @@ def test_the_end_of_a_partition_is_after_its_last_record_though_the_broker_lists
                 read += sum(len(r) for r in (await aio.getmany(timeout_ms=100)).values())
                 if read == 100:
                     break
-            return await input_ends(aio, parts)
+            return await log_ends_aio(aio, parts)
         finally:
             await aio.stop()
 
