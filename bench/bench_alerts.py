@@ -23,6 +23,8 @@ import threading
 import time
 from typing import Any
 
+from children import answer
+
 from fabricwatch.alerts.config import AlertsConfig, parse_alerts
 from fabricwatch.schemas.messages import Anomaly, RootCause
 
@@ -136,7 +138,7 @@ def run_broker(config: AlertsConfig, rate: float, seconds: float) -> tuple[dict[
         producer.start()
         time.sleep(8)  # the consumer group join (Tansu waits out the rebalance timeout)
         here.send("go")
-        scheduled, published = here.recv()
+        scheduled, published = answer(producer, here, "the producing child")
         producer.join(10)
         time.sleep(3)
         stop.set()
@@ -164,14 +166,14 @@ def main() -> None:
     here, there = mp.Pipe()
     proc = mp.get_context("spawn").Process(target=receiver_process, args=(there,), daemon=True)
     proc.start()
-    url = here.recv()
+    url = answer(proc, here, "the webhook receiver child")
     config = make_config(url, args.concurrency)
     run = run_broker if args.broker else run_in_process
     cpu = time.process_time()
     scheduled, stats = run(config, args.rate, args.seconds)
     cpu = time.process_time() - cpu
     here.send("stop")
-    arrivals = dict(here.recv())
+    arrivals = dict(answer(proc, here, "the webhook receiver child"))
     proc.join(5)
 
     latencies = [(arrivals[fp] - at) * 1000 for fp, at in scheduled.items() if fp in arrivals]

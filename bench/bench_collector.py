@@ -16,7 +16,6 @@ import json
 import os
 import resource
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -32,8 +31,7 @@ NICS = 8
 
 def fixture_tree(dest: Path) -> Path:
     """/sys with mlx5_0 .. mlx5_7, each a copy of the real fixture device."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from ttar import extract_ttar
+    from fabricwatch.ingest.simulator.ttar import extract_ttar
 
     extract_ttar(
         ROOT / "tests" / "fixtures" / "sysfs_infiniband_mlx5_0_counters_hw_counters_procfs_fixture.ttar", dest

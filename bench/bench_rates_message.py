@@ -14,15 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from bench_clickhouse import as_rows_of_numbers
 
 import fabricwatch.streams.stages as stages

@@ -14,18 +14,21 @@ import multiprocessing
 import resource
 import sys
 import tempfile
+from multiprocessing.connection import Connection
 from pathlib import Path
+
+from children import answer
 
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "large.yaml"
 TARGET_SECONDS = 30.0
 
 
-def _measure(scenario: str, out: str, queue: multiprocessing.Queue) -> None:
+def _measure(scenario: str, out: str, conn: Connection) -> None:
     from fabricwatch.ingest.simulator import load_scenario, simulate
 
     stats = simulate(load_scenario(Path(scenario)), Path(out))
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    queue.put(
+    conn.send(
         {**stats.__dict__, "peak_rss_mb": round(peak_kb / 1024, 1), "trace_bytes": Path(out).stat().st_size}
     )
 
@@ -41,10 +44,10 @@ def main() -> int:
         for suffix in (".trace", ".trace.gz"):
             for _ in range(args.repeat):
                 out = Path(tmp) / f"bench{suffix}"
-                queue = ctx.Queue()
-                proc = ctx.Process(target=_measure, args=(str(args.scenario), str(out), queue))
+                here, there = ctx.Pipe()
+                proc = ctx.Process(target=_measure, args=(str(args.scenario), str(out), there))
                 proc.start()
-                r = queue.get()
+                r = answer(proc, here, "the simulating child")
                 proc.join()
                 out.unlink()
                 wall = r["wall_seconds"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import sys
 import time
 from pathlib import Path
 
@@ -70,8 +69,8 @@ def main() -> None:
     ap.add_argument("--polls", type=int, default=50)
     ap.add_argument("--ports", type=int, default=64)
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT / "tests"))
-    from sonic_switch import SwitchDb, redis_server
+    from fabricwatch.ingest.simulator.sonic_db import SwitchDb
+    from fabricwatch.local.redis_server import redis_server
 
     with redis_server() as url:
         db = SwitchDb(url, ports=args.ports)

@@ -25,6 +25,7 @@ import argparse
 import bisect
 import json
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -34,6 +35,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.local.broker import EmbeddedBroker
+from fabricwatch.local.processes import ChildError
 from fabricwatch.local.workers import WorkerProcess
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Anomaly, Symptom, SymptomBatch, decode
@@ -95,6 +97,8 @@ def drain(workers: list[WorkerProcess], snapshots: int, total_values: int) -> di
     the producer."""
     samples: list[tuple[float, list[dict[str, float]]]] = []
     while True:
+        for w in workers:
+            w.check()  # a worker that died stops the benchmark with its reason
         now = time.perf_counter()
         each = [readings(w) for w in workers]
         samples.append((now, each))
@@ -107,14 +111,15 @@ def drain(workers: list[WorkerProcess], snapshots: int, total_values: int) -> di
 
     lo = next(s for s in samples if total(s, "values") >= 0.1 * total_values)
     hi = next(s for s in samples if total(s, "values") >= 0.9 * total_values)
-    first = next(s for s in samples if total(s, "values") > 0)
+    # The last sample before any value was processed: the drain began after it.
+    before = samples[max(0, next(i for i, s in enumerate(samples) if total(s, "values") > 0) - 1)]
     if hi[0] <= lo[0]:  # drained between two samples: the whole backlog is all there is
-        lo, hi = first, samples[-1]
+        lo, hi = before, samples[-1]
     span = hi[0] - lo[0]
     cpu = total(hi, "cpu") - total(lo, "cpu")
     return {
         "sustained_values_per_s": (total(hi, "values") - total(lo, "values")) / span,
-        "whole_backlog_s": samples[-1][0] - first[0],
+        "whole_backlog_s": samples[-1][0] - before[0],
         "messages_in_per_s_per_worker": (total(hi, "snapshots") - total(lo, "snapshots"))
         / span
         / len(workers),
@@ -126,7 +131,14 @@ def drain(workers: list[WorkerProcess], snapshots: int, total_values: int) -> di
     }
 
 
-def latency(settings: BrokerSettings, scenario: Path, duration: int, load: float, tmp: Path) -> None:
+def latency(
+    settings: BrokerSettings,
+    workers: list[WorkerProcess],
+    scenario: Path,
+    duration: int,
+    load: float,
+    tmp: Path,
+) -> None:
     trace = tmp / "live.trace"
     stats = simulate(load_scenario(scenario, {"duration": duration, "start_time": time.time_ns()}), trace)
     speed = load / (stats.values / stats.simulated_seconds)
@@ -145,6 +157,8 @@ def latency(settings: BrokerSettings, scenario: Path, duration: int, load: float
     labels: list[str] = []
     quiet_until = None
     while quiet_until is None or time.time() < quiet_until:
+        for w in workers:
+            w.check()
         for records in watcher.poll(timeout_ms=200).values():
             for r in records:
                 msg = decode(r.value)
@@ -228,7 +242,15 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--load", type=float, default=500_000, help="counter values/s for the latency run")
     ap.add_argument("--latency-duration", type=int, default=200, help="simulated seconds fed live")
+    ap.add_argument("--config", type=Path, default=None, help="the workers' config file (their --config)")
     args = ap.parse_args()
+    try:
+        run(args)
+    except ChildError as exc:  # the others were stopped on the way out
+        sys.exit(f"bench_streaming: {exc}")
+
+
+def run(args: argparse.Namespace) -> None:
 
     with tempfile.TemporaryDirectory() as tmp_dir, EmbeddedBroker() as broker:
         tmp = Path(tmp_dir)
@@ -249,7 +271,11 @@ def main() -> None:
         bare = stats.values / bare_s
         emit(bench="bare_consumer", values_per_s=round(bare), messages_per_s=round(stats.snapshots / bare_s))
 
-        workers = [WorkerProcess(settings.bootstrap, tmp / f"w{i}.log") for i in range(args.workers)]
+        extra = ["--config", str(args.config)] if args.config else []
+        workers = [
+            WorkerProcess(settings.bootstrap, tmp / f"w{i}.log", extra_args=extra)
+            for i in range(args.workers)
+        ]
         try:
             e2e = drain(workers, stats.snapshots, stats.values)
             emit(
@@ -265,7 +291,7 @@ def main() -> None:
                 target_values_per_s=1_000_000,
                 target_ratio=0.35,
             )
-            latency(settings, args.scenario, args.latency_duration, args.load, tmp)
+            latency(settings, workers, args.scenario, args.latency_duration, args.load, tmp)
         finally:
             for w in workers:
                 w.stop()

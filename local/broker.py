@@ -19,10 +19,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from fabricwatch.local.processes import spawn, stop_process, wait_listening
+from fabricwatch.local.processes import ChildError, spawn, stop_process, wait_listening
 
 
-class BrokerError(RuntimeError):
+class BrokerError(ChildError):
     """The embedded broker could not be started; the message says why and what to do."""
 
 

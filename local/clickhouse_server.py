@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Self
 
 from fabricwatch.local.broker import free_port
-from fabricwatch.local.processes import spawn, stop_process, wait_listening
+from fabricwatch.local.processes import ChildError, spawn, stop_process, wait_listening
 
 _CONFIG = """<?xml version="1.0"?>
 <yandex>
@@ -60,7 +60,7 @@ _USERS = """<?xml version="1.0"?>
 """
 
 
-class ServerError(RuntimeError):
+class ServerError(ChildError):
     """The server could not be started; the text carries its error log."""
 
 

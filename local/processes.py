@@ -10,16 +10,59 @@ that a parent killed outright leaves no broker or worker behind.
 from __future__ import annotations
 
 import ctypes
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any, Literal
 
 _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 """Loaded here, not in the child between fork and exec, where loading a library can deadlock."""
+
+
+class ChildError(RuntimeError):
+    """A child we started could not serve: its message is one line that says which and why."""
+
+
+class ChildExited(ChildError):
+    """A child exited while we needed it; the message carries the last lines it wrote (its reason)."""
+
+    def __init__(self, what: str, code: int | None, output: str) -> None:
+        reason = f": {output}" if output else " (it wrote nothing)"
+        super().__init__(f"{what} exited with code {code}{reason}")
+        self.code = code
+
+
+def fabricwatch_command(*args: str) -> list[str]:
+    """The command that runs ``fabricwatch ARGS`` as a child with this interpreter.
+
+    ``-P`` keeps the current directory off the child's ``sys.path``: ``python -m`` would put it
+    first, and a directory holding a folder named ``fabricwatch`` (a clone of this repository, for
+    one) would then shadow the installed package in the child though the parent imported it fine."""
+    return [sys.executable, "-P", "-m", "fabricwatch", *args]
+
+
+def last_lines(path: Path, lines: int = 3, chars: int = 400) -> str:
+    """The last non-blank ``lines`` of a child's output file, joined into one line of at most
+    ``chars``: what a parent says when the child exits (its last words are almost always why)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 8192))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    tail = _TERMINAL_CODES.sub("", tail)
+    kept = [line.strip() for line in tail.splitlines() if line.strip()][-lines:]
+    text = " | ".join(kept)
+    return text if len(text) <= chars else "..." + text[-chars:]
+
+
+_TERMINAL_CODES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def spawn(cmd: list[str], **popen: Any) -> subprocess.Popen:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -15,14 +14,23 @@ from types import TracebackType
 from typing import IO, Self
 
 from fabricwatch.local.broker import free_port
-from fabricwatch.local.processes import spawn, stop_process
+from fabricwatch.local.processes import (
+    ChildError,
+    ChildExited,
+    fabricwatch_command,
+    last_lines,
+    spawn,
+    stop_process,
+)
 
 
 class WorkerProcess:
     """Started on construction; ``stop`` sends SIGTERM (Faust commits and leaves the group).
 
     Its Faust state directory is made here and removed by ``stop``, whatever the signal: a worker
-    killed outright cannot clean up after itself, and nothing may be left in the temp directory."""
+    killed outright cannot clean up after itself, and nothing may be left in the temp directory.
+    Its output goes to ``log`` (or a file in that directory), so that when it exits its last lines
+    say why (``check``)."""
 
     def __init__(
         self,
@@ -33,11 +41,9 @@ class WorkerProcess:
     ) -> None:
         self.port = free_port()
         self.state_dir = Path(tempfile.mkdtemp(prefix="fabricwatch-worker-"))
-        self._log: IO[bytes] | None = log.open("wb") if log is not None else None
-        cmd = [
-            sys.executable,
-            "-m",
-            "fabricwatch",
+        self.log_path = log if log is not None else self.state_dir / "worker.log"
+        self._log: IO[bytes] = self.log_path.open("wb")
+        cmd = fabricwatch_command(
             "worker",
             "--broker",
             bootstrap,
@@ -48,9 +54,8 @@ class WorkerProcess:
             "--state-dir",
             str(self.state_dir),
             *(extra_args or []),
-        ]
-        out = self._log if self._log is not None else subprocess.DEVNULL
-        self.proc = spawn(cmd, stdout=out, stderr=subprocess.STDOUT)
+        )
+        self.proc = spawn(cmd, stdout=self._log, stderr=subprocess.STDOUT)
 
     def get(self, path: str) -> tuple[int, str]:
         """Status and body of one of the worker's endpoints (0 when it does not answer)."""
@@ -73,20 +78,30 @@ class WorkerProcess:
             if line.startswith(f"fabricwatch_{name}") and label in line
         )
 
+    def check(self) -> None:
+        """Raise ``ChildExited`` with the worker's last lines if it is no longer running: whoever
+        waits on a worker calls this in the wait, so that a dead one stops them with its reason."""
+        if self.proc.poll() is not None:
+            self._log.flush()
+            raise ChildExited(
+                f"the worker (port {self.port})", self.proc.returncode, last_lines(self.log_path)
+            )
+
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the worker exited with code {self.proc.returncode}")
+            self.check()
             if self.get("ready")[0] == 200:
                 return
             time.sleep(0.2)
-        raise RuntimeError(f"the worker was not ready within {timeout_s:.0f} s")
+        raise ChildError(
+            f"the worker (port {self.port}) was not ready within {timeout_s:.0f} s: "
+            f"{last_lines(self.log_path) or 'it wrote nothing'}"
+        )
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> int:
         code = stop_process(self.proc, sig, timeout_s)
-        if self._log is not None:
-            self._log.close()
+        self._log.close()
         shutil.rmtree(self.state_dir, ignore_errors=True)
         return code
 

@@ -14,7 +14,11 @@ installs it).
 from __future__ import annotations
 
 import itertools
+import shutil
+import subprocess
+import sys
 import time
+import venv
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,7 +37,15 @@ from fabricwatch.streams.kafka_io import BrokerSettings, ensure_topics
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
 _databases = itertools.count()
-_PROCESS_FIXTURES = {"broker", "embedded_broker", "clickhouse_server", "clickhouse_url", "store_target"}
+_PROCESS_FIXTURES = {
+    "broker",
+    "embedded_broker",
+    "clickhouse_server",
+    "clickhouse_url",
+    "store_target",
+    "wheel",
+    "plain_install",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -84,6 +96,34 @@ def store_target(request: pytest.FixtureRequest, tmp_path) -> str:
     if request.param == "chdb":
         return str(tmp_path / "store")
     return request.getfixturevalue("clickhouse_url")
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Our wheel, built from a copy of the source tree, so no earlier build's leftovers end up in it."""
+    out = tmp_path_factory.mktemp("wheel")
+    source = out / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__"))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, source],
+        check=True,
+        capture_output=True,
+    )
+    return next(out.glob("fabricwatch-*.whl"))
+
+
+@pytest.fixture(scope="session")
+def plain_install(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``python`` of a venv holding our wheel as ``pip install .`` leaves it, not the ``-e``
+    install the suite runs under (whose import hook finds the rooms wherever the current directory
+    is). Our dependencies come from the system site-packages, so nothing large is downloaded."""
+    env = tmp_path_factory.mktemp("plain") / "venv"
+    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env)
+    python = env / "bin" / "python"
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-deps", wheel], check=True, capture_output=True
+    )
+    return python
 
 
 @pytest.fixture(scope="session")

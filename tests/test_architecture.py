@@ -20,10 +20,11 @@ ROOMS = {
     "fabricwatch.alerts": "alerts",
     "fabricwatch.dashboards": "dashboards",
     "fabricwatch.local": "local",
-    "fabricwatch": "fabricwatch",
+    "fabricwatch": "app",
 }
 """Each package and its folder; ``fabricwatch`` (the app: the command line and what only it runs)
-is the folder of the same name."""
+is ``app/``: no folder of the repository bears the import root's name
+(``test_no_folder_in_the_root_shadows_the_installed_package``)."""
 
 MAY_IMPORT = {
     "fabricwatch.schemas": set(),
@@ -188,3 +189,29 @@ def test_one_copy_of_everything_no_symlinks():
     files = subprocess.run(["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True, check=True)
     links = [line.split("\t")[1] for line in files.stdout.splitlines() if line.startswith("120000")]
     assert not links, f"symlinks in the repository: {links}"
+
+
+def test_no_folder_in_the_root_shadows_the_installed_package():
+    """``python -m`` puts the current directory first on ``sys.path``: a folder named like an
+    installed top-level package in the clone's root would be imported instead of the installed one
+    by whatever is started there, a partial package in which the other rooms cannot be found."""
+    installed = {name.split(".")[0] for name in ROOMS}
+    assert installed == {"fabricwatch"}
+    shadowing = [d.name for d in ROOT.iterdir() if d.is_dir() and d.name in installed]
+    assert not shadowing, f"folders named like the installed package: {shadowing}"
+
+
+def test_no_benchmark_or_module_of_ours_edits_sys_path():
+    """What a benchmark needs lives in the package or in ``bench/``: a script that puts the
+    repository or the test tree on ``sys.path`` works only from a clone and hides a missing module."""
+    files = [*(ROOT / "bench").glob("*.py"), *_modules().values()]
+    wrong = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in files
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Attribute)
+        and node.attr == "path"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "sys"
+    ]
+    assert not wrong, "sys.path used in: " + ", ".join(wrong)

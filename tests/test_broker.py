@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 from waiting import wait_for
 
 from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.local.processes import fabricwatch_command
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.trace import TraceReader, read_labels
 from fabricwatch.streams.kafka_io import (
@@ -162,7 +162,7 @@ def test_unreachable_broker_is_a_clear_error(tmp_path, capsys):
 def test_fabricwatch_broker_serves_until_ctrl_c(tmp_path):
     """``fabricwatch broker`` prints its address, takes a replay, and stops cleanly on SIGINT."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fabricwatch", "broker"],
+        [*fabricwatch_command(), "broker"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -7,13 +7,13 @@ import argparse
 from pathlib import Path
 
 import pytest
-from ttar import extract_ttar
 
 from fabricwatch.cli.main import main
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.ingest.collect import CollectStats, discover, poll
 from fabricwatch.ingest.host_collector import EthtoolError
 from fabricwatch.ingest.parsers import EthtoolStats, parse_ethtool_stats
+from fabricwatch.ingest.simulator.ttar import extract_ttar
 from fabricwatch.replay import replay_trace
 from fabricwatch.schemas.messages import Snapshot, decode
 from fabricwatch.schemas.trace import TraceReader

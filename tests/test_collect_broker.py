@@ -10,7 +10,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -21,10 +20,11 @@ import numpy as np
 import pytest
 from nic_trees import lay_out
 from streaming import Collector
-from ttar import extract_ttar
 from waiting import wait_for
 
+from fabricwatch.ingest.simulator.ttar import extract_ttar
 from fabricwatch.local.broker import free_port
+from fabricwatch.local.processes import fabricwatch_command
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, decode_rates
 
@@ -73,7 +73,7 @@ def start_daemon(broker, sysfs: Path, web_port: int = 0) -> subprocess.Popen:
     argv = ["collect", "--broker", broker.bootstrap, "--sysfs-root", str(sysfs), "--host", "gpu7"]
     argv += ["--interval", "0.5", "--no-ethtool", "--web-port", str(web_port)]
     return subprocess.Popen(
-        [sys.executable, "-m", "fabricwatch", *argv],
+        [*fabricwatch_command(), *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

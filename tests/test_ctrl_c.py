@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fabricwatch.local.processes import fabricwatch_command
 from fabricwatch.storage.store import Store
 
 pytestmark = pytest.mark.integration  # real processes: broker, workers
@@ -59,12 +60,12 @@ def read_until(fd: int, wanted: bytes, timeout_s: float, seen: bytearray) -> boo
 def test_ctrl_c_stops_run_in_order_within_seconds(tmp_path):
     data, tmp = tmp_path / "data", tmp_path / "tmp"
     tmp.mkdir()
-    argv = [sys.executable, "-m", "fabricwatch", "run", "--duration", "300", "--speed", "5"]
+    argv = [*fabricwatch_command(), "run", "--duration", "300", "--speed", "5"]
     argv += ["--data-dir", str(data), "--report", str(tmp_path / "report")]
     pid, fd = pty.fork()
     if pid == 0:  # the child: a session of its own with the pty as its terminal, as in a shell
         os.environ["TMPDIR"] = str(tmp)
-        os.execv(sys.executable, argv)
+        os.execv(argv[0], argv)
     out = bytearray()
     try:
         assert read_until(fd, b"FIRING", 120, out), out.decode(errors="replace")
@@ -106,7 +107,7 @@ def test_ctrl_c_while_replay_waits_on_an_unreachable_webhook_is_one_line(tmp_pat
         "  route: {receiver: ops, group_wait: 0s}\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fabricwatch", "replay", str(demo_trace), "--alerts", str(config)],
+        [*fabricwatch_command(), "replay", str(demo_trace), "--alerts", str(config)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -10,11 +10,12 @@ import time
 
 import pytest
 from dashboard_queries import DASHBOARDS, INTERVAL_S, resolve_variables, run_panel, stored_span
-from sonic_switch import COUNTERS_DB, SwitchDb, redis_server
 
 from fabricwatch.dashboards.macros import QueryContext, expand
 from fabricwatch.detectors.pipeline import Pipeline
-from fabricwatch.ingest.sonic import SonicSwitch
+from fabricwatch.ingest.simulator.sonic_db import SwitchDb
+from fabricwatch.ingest.sonic import COUNTERS_DB, SonicSwitch
+from fabricwatch.local.redis_server import redis_server
 from fabricwatch.schemas.messages import encode
 from fabricwatch.schemas.topics import COUNTERS
 from fabricwatch.storage.recorder import PipelineRecorder

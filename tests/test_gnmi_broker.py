@@ -10,13 +10,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 from streaming import Collector
 from waiting import wait_for
 
+from fabricwatch.local.processes import fabricwatch_command
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, Topology, decode, decode_rates
 from fabricwatch.streams.kafka_io import Publisher, ensure_topics
@@ -114,7 +114,7 @@ def test_the_translator_turns_a_topic_of_gnmi_telemetry_into_the_switches_rates(
     argv = ["ingest", fmt, "--from-topic", source_topic, "--broker", broker.bootstrap, "--from-beginning"]
     argv += ["--grace", "1"]
     translator = subprocess.Popen(
-        [sys.executable, "-m", "fabricwatch", *argv],
+        [*fabricwatch_command(), *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

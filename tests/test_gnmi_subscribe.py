@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from fabricwatch.ingest.collect import CollectStats, ProblemLog
 from fabricwatch.ingest.gnmi_snapshots import SnapshotAssembler
 from fabricwatch.ingest.gnmi_subscribe import GnmiTarget, stream_targets
 from fabricwatch.local.broker import free_port
+from fabricwatch.local.processes import fabricwatch_command
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Snapshot, decode
 from fabricwatch.schemas.trace import TraceReader
@@ -125,7 +125,7 @@ def test_the_command_writes_a_trace_of_the_target_s_snapshots(tmp_path: Path):
         argv = ["collect", "gnmi", "--target", server.address, "--name", "spine1", "--out", str(out)]
         argv += ["--interval", str(INTERVAL_S), "--count", "4"]
         done = subprocess.run(
-            [sys.executable, "-m", "fabricwatch", *argv],
+            [*fabricwatch_command(), *argv],
             capture_output=True,
             text=True,
             timeout=60,

@@ -12,9 +12,7 @@ downloaded), and checks that each name still resolves to its own package, unchan
 from __future__ import annotations
 
 import hashlib
-import shutil
 import subprocess
-import sys
 import venv
 import zipfile
 from pathlib import Path
@@ -26,20 +24,6 @@ PYPI_NEIGHBOURS = ("schemas", "detectors")
 NAMES = ("schemas", "detectors", "fabricwatch", "fabricwatch.schemas", "fabricwatch.detectors")
 
 pytestmark = pytest.mark.integration  # builds a wheel, makes a venv, downloads two packages
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Built from a copy of the source tree, so no earlier build's leftovers end up in it."""
-    out = tmp_path_factory.mktemp("wheel")
-    source = out / "source"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__"))
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, source],
-        check=True,
-        capture_output=True,
-    )
-    return next(out.glob("fabricwatch-*.whl"))
 
 
 def test_the_wheel_has_one_top_level_name(wheel):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -22,6 +21,7 @@ from waiting import wait_for
 from fabricwatch.cli.main import main
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.local.broker import free_port
+from fabricwatch.local.processes import fabricwatch_command
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import CommGraph, Phase, PhaseMessage, decode, phase_time
 from fabricwatch.schemas.trace import TraceWriter
@@ -78,7 +78,7 @@ def start_collector(broker, logs: Path, job: str) -> tuple[subprocess.Popen, int
     argv = ["phases", "collect", "--job", job, "--log", str(logs / "*.log"), "--broker", broker.bootstrap]
     web = free_port()
     collector = subprocess.Popen(
-        [sys.executable, "-m", "fabricwatch", *argv, "--interval", "0.1", "--web-port", str(web)],
+        [*fabricwatch_command(), *argv, "--interval", "0.1", "--web-port", str(web)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

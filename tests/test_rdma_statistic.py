@@ -10,12 +10,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from ttar import extract_ttar
 
 from fabricwatch.cli.main import main
 from fabricwatch.ingest.collect import CollectStats, NicTarget, poll
 from fabricwatch.ingest.mapping import resolve
 from fabricwatch.ingest.parsers import RdmaStatistic, parse_rdma_statistic
+from fabricwatch.ingest.simulator.ttar import extract_ttar
 from fabricwatch.schemas.messages import Snapshot, decode
 from fabricwatch.schemas.trace import TraceReader
 

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 import redis
-from sonic_switch import COUNTERS_DB, SwitchDb, redis_server
 from waiting import wait_for
 
 from fabricwatch.detectors.rates import RateEngine
 from fabricwatch.ingest.lldp_fabric import SiteSettings
-from fabricwatch.ingest.sonic import SonicSwitch, SwitchError
+from fabricwatch.ingest.simulator.sonic_db import SwitchDb
+from fabricwatch.ingest.sonic import COUNTERS_DB, SonicSwitch, SwitchError
 from fabricwatch.ingest.sonic_topology import TopologyWatch
+from fabricwatch.local.redis_server import redis_server
 
 pytestmark = [
     pytest.mark.integration,

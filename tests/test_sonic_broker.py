@@ -8,15 +8,17 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
-from sonic_switch import COUNTERS_DB, SwitchDb, redis_server
 from streaming import Collector
 from waiting import wait_for
 
+from fabricwatch.ingest.simulator.sonic_db import SwitchDb
+from fabricwatch.ingest.sonic import COUNTERS_DB
+from fabricwatch.local.processes import fabricwatch_command
+from fabricwatch.local.redis_server import redis_server
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, decode_rates
 
@@ -65,7 +67,7 @@ def test_the_daemon_publishes_what_a_worker_turns_into_the_switch_s_rates(broker
         argv = ["collect", "sonic", "--redis", f"{url}/{COUNTERS_DB}", "--name", "leaf-3"]
         argv += ["--broker", broker.bootstrap, "--interval", "0.25", "--web-port", "0"]
         daemon = subprocess.Popen(
-            [sys.executable, "-m", "fabricwatch", *argv],
+            [*fabricwatch_command(), *argv],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 import redis
-from sonic_switch import CONFIG_DB, redis_server
 from waiting import wait_for
 
 from fabricwatch.ingest.lldp_fabric import SiteSettings
+from fabricwatch.ingest.sonic import CONFIG_DB
 from fabricwatch.ingest.sonic_qos import read_queue_profiles
 from fabricwatch.ingest.sonic_topology import TopologyWatch
+from fabricwatch.local.redis_server import redis_server
 
 pytestmark = [
     pytest.mark.integration,

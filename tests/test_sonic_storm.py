@@ -10,19 +10,21 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
 import msgspec
 import pytest
-from sonic_switch import COUNTERS_DB, SnapshotSwitch, redis_server
 from streaming import Collector, anomalies_in
 from waiting import wait_for
 
 from fabricwatch.ingest.simulator.run import simulate
 from fabricwatch.ingest.simulator.scenario import load_scenario
+from fabricwatch.ingest.simulator.sonic_db import SnapshotSwitch
+from fabricwatch.ingest.sonic import COUNTERS_DB
+from fabricwatch.local.processes import fabricwatch_command
+from fabricwatch.local.redis_server import redis_server
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Label, Phase, PhaseMessage, Snapshot, Topology, decode, encode
 from fabricwatch.schemas.trace import TraceReader
@@ -89,7 +91,7 @@ def test_a_storm_read_from_the_switches_redis_is_found_at_its_root(broker, worke
         argv = ["collect", "sonic", "--config", str(config), "--broker", broker.bootstrap]
         argv += ["--interval", str(POLL_S), "--web-port", "0"]
         daemon = subprocess.Popen(
-            [sys.executable, "-m", "fabricwatch", *argv],
+            [*fabricwatch_command(), *argv],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -16,6 +16,7 @@ import pytest
 from waiting import wait_for
 
 from fabricwatch.ingest.switch_poll import SwitchTarget
+from fabricwatch.local.processes import fabricwatch_command
 from fabricwatch.switch_assignments import Assignments
 
 pytestmark = pytest.mark.integration
@@ -41,9 +42,7 @@ def test_replicas_split_the_switches_and_a_killed_one_hands_its_share_over(broke
     config.write_text(f"sonic:\n  switches:\n{lines}\n")
     published = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "fabricwatch",
+            *fabricwatch_command(),
             "collect",
             "sonic",
             "--config",

@@ -157,6 +157,8 @@ def run_pipeline(
         quiet_since = None
         processed = -1
         while True:
+            for w in workers:
+                w.check()  # a worker that died stops the run with its reason, not a hang
             for a in watcher.poll():
                 if (a.fingerprint, a.status, a.ts_ns) in seen:
                     continue  # a redelivery after a takeover: same fingerprint, same event

@@ -1,26 +1,19 @@
-"""A SONiC switch's Redis for tests: a real ``redis-server`` (Debian's) on a free loopback port,
-and a writer that fills and advances COUNTERS_DB and CONFIG_DB the way syncd's flex counters and
-the PFC watchdog do. The hash and field names follow sonic-utilities' mock tables
+"""A simulated SONiC switch in a real Redis: a writer that fills and advances COUNTERS_DB and
+CONFIG_DB the way syncd's flex counters and the PFC watchdog do, so that ``collect sonic`` can be
+tried, tested and benchmarked without a switch (``local.redis_server`` starts the Redis). The hash
+and field names follow sonic-utilities' mock tables
 (``tests/fixtures/sonic_counters_db_upstream_mock.json``)."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import tempfile
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import redis
-from waiting import wait_for
 
 from fabricwatch.ingest.mapping import resolve, vendor_names
-from fabricwatch.local.broker import free_port
-from fabricwatch.local.processes import spawn
+from fabricwatch.ingest.sonic import CONFIG_DB, COUNTERS_DB
 from fabricwatch.schemas.messages import Snapshot
-
-COUNTERS_DB, CONFIG_DB, APPL_DB = 2, 4, 0
 
 PORT_FIELDS = (
     "SAI_PORT_STAT_IF_IN_OCTETS",
@@ -54,35 +47,6 @@ PG_FIELDS = (
     "SAI_INGRESS_PRIORITY_GROUP_STAT_SHARED_WATERMARK_BYTES",
     "SAI_INGRESS_PRIORITY_GROUP_STAT_XOFF_ROOM_WATERMARK_BYTES",
 )
-
-
-@contextmanager
-def redis_server() -> Iterator[str]:
-    """A real redis-server on 127.0.0.1, no persistence; yields its URL (no database chosen)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise RuntimeError("redis-server is not installed (.ci/run installs Debian's redis-server)")
-    port = free_port()
-    workdir = tempfile.mkdtemp(prefix="fw-redis-")
-    args = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"]
-    proc = spawn([*args, "--dir", workdir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}"
-    try:
-        probe = redis.Redis.from_url(url, socket_timeout=1)
-        assert wait_for(lambda: _answers(probe), timeout_s=20), "redis-server did not start"
-        probe.close()
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _answers(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.ConnectionError:
-        return False
 
 
 @dataclass

@@ -34,6 +34,7 @@ from fabricwatch.cli import (
     train,
     worker,
 )
+from fabricwatch.local.processes import ChildError
 from fabricwatch.schemas.config import ConfigError
 from fabricwatch.schemas.trace import TraceFormatError
 
@@ -75,7 +76,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run a subcommand; a usage, config, input or broker error is one line on stderr and exit 2,
-    Ctrl-C one line and exit 130 (never a traceback)."""
+    a child process that could not serve (a worker that died, a broker that did not start) one line
+    with its reason and exit 1, Ctrl-C one line and exit 130 (never a traceback)."""
     args = parser().parse_args(argv)
     limit_blas_threads()
     try:
@@ -86,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, TraceFormatError, ValueError, OSError) as exc:
         print(f"fabricwatch {args.command}: {exc}", file=sys.stderr)
         return 2
+    except ChildError as exc:  # what else it started was stopped on the way out
+        print(f"fabricwatch {args.command}: {exc}", file=sys.stderr)
+        return 1
     except Exception as exc:
         if _is_broker_error(exc):
             print(f"fabricwatch {args.command}: {_broker_error(args, exc)}", file=sys.stderr)
