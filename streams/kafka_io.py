@@ -139,9 +139,15 @@ def log_ends(consumer: Any, tps: list[Any], timeout_s: float = 5.0) -> dict[Any,
 async def log_ends_aio(consumer: Any, tps: list[Any]) -> dict[Any, int]:
     """``log_ends`` for an aiokafka consumer that is reading ``tps``: the larger of the broker's
     answer to ListOffsets and the high watermark of the consumer's last fetch (Tansu answers
-    ListOffsets short, see ``log_ends``)."""
+    ListOffsets short, see ``log_ends``).
+
+    Only the partitions still assigned when the broker has answered are in the result: a rebalance
+    during the wait may have taken some, whose ends are their next owner's to ask (and aiokafka's
+    ``highwater`` asserts on a partition that is not assigned: that crashed workers whenever a peer
+    joined or left the group)."""
     listed = await consumer.end_offsets(list(tps))
-    return {tp: max(listed.get(tp) or 0, consumer.highwater(tp) or 0) for tp in tps}
+    owned = consumer.assignment()
+    return {tp: max(listed.get(tp) or 0, consumer.highwater(tp) or 0) for tp in tps if tp in owned}
 
 
 @dataclass

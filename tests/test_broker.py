@@ -106,6 +106,46 @@ def test_the_end_of_a_partition_is_after_its_last_record_though_the_broker_lists
     assert sum(asyncio.run(read_all()).values()) == 100  # what stage 1 calls caught up
 
 
+def test_partitions_revoked_while_their_ends_are_asked_are_left_out_not_a_crash(broker):
+    """Stage 1's heartbeat asks the ends of the partitions it owns; a peer joining or leaving the
+    group can take them while the broker answers. aiokafka's ``highwater`` then asserted
+    ('Partition is not assigned') and the worker crashed. Here the revocation is made to fall in
+    that wait: the request is sent, the consumer gives up its partitions, then the answer comes."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+
+    topic = "test.revoked"
+    ensure_topics(BrokerSettings(bootstrap=broker.bootstrap, partitions={topic: 2}), [topic])
+
+    async def ends_across_a_revocation() -> tuple[set, dict]:
+        aio = AIOKafkaConsumer(
+            bootstrap_servers=broker.bootstrap,
+            group_id="test-revoked",
+            enable_auto_commit=False,
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=1000,
+        )
+        await aio.start()
+        try:
+            aio.subscribe([topic])
+            for _ in range(100):
+                await aio.getmany(timeout_ms=100)
+                if aio.assignment():
+                    break
+            owned = aio.assignment()
+            asking = asyncio.create_task(log_ends_aio(aio, sorted(owned)))
+            await asyncio.sleep(0)  # the request is on its way
+            aio.unsubscribe()  # what a rebalance does to them meanwhile
+            return set(owned), await asking
+        finally:
+            await aio.stop()
+
+    owned, ends = asyncio.run(ends_across_a_revocation())
+    assert len(owned) == 2
+    assert ends == {}  # none is ours any more: nothing to say of them, and no crash
+
+
 def test_topics_are_created_once_with_their_partitions(broker):
     first = ensure_topics(broker)
     assert ensure_topics(broker) == []
