@@ -8,6 +8,9 @@ same rows go in two ways into a fresh database:
   ``flush`` every ``--batch`` rows: everything the ``fabricwatch sink`` loop does except Kafka.
 * ``direct``: the same rows already as columns, one insert per batch straight into the backend.
 
+Both ways store the metrics the layout's table has (``metrics``), as the sink does: v2 has only
+those of its time (schema v4 added more), so against v2 the current schema also inserts more columns.
+
 ``sink_vs_direct`` is what our batching and conversion cost; ``v3_*_vs_this`` what the current
 schema gains over a layout, measured in the same process. A separate line compares ways to hand
 chdb a batch (Arrow through ``Python()``, a pandas DataFrame, a Parquet file), which picked Arrow;
@@ -22,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from functools import partial
@@ -30,8 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.detectors.summary import summarise
@@ -106,7 +106,8 @@ def wire_formats(msgs: list[PortRates]) -> None:
     print(json.dumps(out), flush=True)
 
 
-def as_columns(msgs: list[PortRates]) -> dict[str, Any]:
+def as_columns(msgs: list[PortRates], metrics: tuple[str, ...] = PORT_RATE_COLUMNS) -> dict[str, Any]:
+    """The rows of ``msgs`` as insert columns, with only ``metrics`` of ``PORT_RATE_COLUMNS``."""
     n = len(msgs) * PORTS
     ts = np.repeat(np.array([m.ts_ns for m in msgs], dtype=np.uint64), PORTS)
     values = np.concatenate([m.matrix() for m in msgs])
@@ -118,8 +119,8 @@ def as_columns(msgs: list[PortRates]) -> dict[str, Any]:
         "port": np.array([p for m in msgs for p in m.ports], dtype=object),
         "dt_s": np.ones(n, dtype=np.float32),
     }
-    for j, name in enumerate(PORT_RATE_COLUMNS):
-        cols[name] = np.ascontiguousarray(values[:, j])
+    for name in metrics:
+        cols[name] = np.ascontiguousarray(values[:, PORT_RATE_COLUMNS.index(name)])
     return cols
 
 
@@ -137,8 +138,11 @@ def through_sink(store: Store, msgs: list[PortRates], batch: int) -> float:
 
 
 def direct(store: Store, msgs: list[PortRates], batch: int) -> float:
+    """Already as columns, one insert per batch, of the metrics the table has here as the sink does
+    (an older layout has fewer, and an insert naming a column it lacks fails)."""
     per = max(1, batch // PORTS)
-    chunks = [as_columns(msgs[i : i + per]) for i in range(0, len(msgs), per)]
+    metrics = store.rate_metrics()
+    chunks = [as_columns(msgs[i : i + per], metrics) for i in range(0, len(msgs), per)]
     started = time.perf_counter()
     for cols in chunks:
         store.backend.insert(store.table("rates_raw"), cols)
@@ -163,6 +167,7 @@ def run_backend(
     Each database is dropped after its run so that its background merges do not slow the next."""
     rows = len(msgs) * PORTS
     best = {(layout, how): 0.0 for layout in layouts for how in ("direct", "sink")}
+    metrics: dict[str, int] = {}
     for rep in range(repeats):
         for layout in layouts:
             for how, fn in (("direct", direct), ("sink", through_sink)):
@@ -172,6 +177,7 @@ def run_backend(
                     if layout == "raw":
                         for view in [*(f"{name}_mv" for name in ROLLUPS), "device_latest_mv"]:
                             store.execute(f"DROP TABLE {store.table(view)}")
+                    metrics[layout] = len(store.rate_metrics())
                     seconds = fn(store, msgs, batch)
                     stored = store.query("SELECT count() FROM rates_raw")[0][0]
                     assert stored == rows, (how, stored, rows)
@@ -188,6 +194,7 @@ def run_backend(
             "backend": name,
             "layout": layout,
             "rows": rows,
+            "metrics": metrics[layout],
             "batch_rows": batch,
             "repeats": repeats,
             "direct_rows_per_s": round(direct_rate),
