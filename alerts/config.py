@@ -22,7 +22,6 @@ from fabricwatch.alerts.payload import check_url_template
 from fabricwatch.alerts.routing import Route, RouteOpts, child_key
 from fabricwatch.alerts.silences import InhibitRule, Silence, SilenceSpec, parse_silences
 from fabricwatch.schemas.config import ConfigError, ConfigFile, convert
-from fabricwatch.schemas.messages import AnomalyKind
 
 Duration = str | float | int
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -78,7 +77,7 @@ class AlertsSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     generator_url: str = ""
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     inhibit_rules: list[InhibitSpec] = msgspec.field(default_factory=list)
-    storm_inhibits: list[AnomalyKind] = msgspec.field(default_factory=lambda: ["incast", "outlier"])
+    storm_inhibits: list[str] = msgspec.field(default_factory=lambda: ["incast", "outlier"])
     silences: list[SilenceSpec] = msgspec.field(default_factory=list)
     silences_file: str | None = None
     give_up_log: str | None = None

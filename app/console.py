@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from fabricwatch.detectors.evaluation import Evaluation, incidents_of
+from fabricwatch.detectors.registry import REGISTRY
 from fabricwatch.evaluate import (
     GATING_RULE,
     TOTAL,
@@ -150,11 +151,10 @@ def _ratios(s: KindSummary) -> tuple[str, str, str]:
 
 
 def _print_rules(th: Thresholds, out: TextIO) -> None:
+    delays = ", ".join(f"{k.name} {k.delay}" for k in REGISTRY.incidents.values() if k.delay)
     print(
         f"\nthresholds: precision >= {th.precision}, recall >= {th.recall}, localisation >= "
-        f"{th.localisation}; delay <= pfc_storm detection_time_s + 1 poll, incast {th.incast_delay_polls:g} "
-        f"polls, ecmp_collapse {th.ecmp_delay_polls:g} polls (below saturation + polarised_persist_s), "
-        f"each + 1 poll per missing snapshot of the "
+        f"{th.localisation}; delay <= {delays}, each + 1 poll per missing snapshot of the "
         f"root's device; <= {th.false_alerts_per_hour:g} false alert per benign hour\nrule: {GATING_RULE}",
         file=out,
     )

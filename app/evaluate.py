@@ -25,14 +25,19 @@ import numpy as np
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.evaluation import Counts, Evaluation, Incident, evaluate, incidents_of
 from fabricwatch.detectors.pipeline import Pipeline
+from fabricwatch.detectors.registry import REGISTRY
 from fabricwatch.ingest.simulator import Scenario, load_scenario, simulate
 from fabricwatch.replay import replay_trace
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Anomaly, Label, RootCause
 from fabricwatch.schemas.trace import TraceReader
 
-RULE_KINDS = frozenset({"pfc_storm", "incast", "ecmp_collapse"})
-"""Kinds whose detector always runs; ``outlier`` joins them only when a model is loaded."""
+
+def rule_kinds() -> frozenset[str]:
+    """Kinds whose detector always runs; those that need a learned model (``outlier``) join them
+    only when one is loaded (``REGISTRY.kinds(needs_model=True)``)."""
+    return REGISTRY.kinds(needs_model=False)
+
 
 GATING_RULE = (
     "a kind is held to the thresholds when the suite has at least one label of it and its detector "
@@ -57,24 +62,16 @@ class Thresholds:
     precision: float = 0.95
     recall: float = 0.95
     localisation: float = 0.9
-    incast_delay_polls: float = 2.0
-    ecmp_delay_polls: float = 5.0
     false_alerts_per_hour: float = 1.0
 
-    def delay_bound_s(
-        self, kind: str, poll_s: float, config: DetectorConfig, severity: str = ""
-    ) -> float | None:
-        """PFC storm: SONiC watchdog latency (detection time plus one poll); others in polls. A
-        collapse below saturation (a warning) is reported once it has lasted polarised_persist_s."""
-        if kind == "pfc_storm":
-            return config.pfc_storm.detection_time_s + poll_s
-        if kind == "incast":
-            return self.incast_delay_polls * poll_s
-        if kind == "ecmp_collapse" and severity == "warning":
-            return config.ecmp.polarised_persist_s + self.ecmp_delay_polls * poll_s
-        if kind == "ecmp_collapse":
-            return self.ecmp_delay_polls * poll_s
-        return None
+    @staticmethod
+    def delay_bound_s(kind: str, poll_s: float, config: DetectorConfig, severity: str = "") -> float | None:
+        """The kind's own promise (``spec.IncidentKind.delay_bound_s``): the PFC storm's is SONiC's
+        watchdog latency, the others a number of polls; None for a kind that makes none."""
+        declared = REGISTRY.incidents.get(kind)
+        if declared is None or declared.delay_bound_s is None:
+            return None
+        return declared.delay_bound_s(poll_s, config, severity)
 
 
 @dataclass
@@ -295,15 +292,16 @@ def run_suite(
     config: DetectorConfig | None = None,
     seed: int | None = None,
     pipeline_factory: PipelineFactory = Pipeline,
-    enabled_kinds: frozenset[str] = RULE_KINDS,
+    enabled_kinds: frozenset[str] | None = None,
     thresholds: Thresholds | None = None,
     workers: int = 1,
     on_result: Callable[[ScenarioResult], None] | None = None,
 ) -> SuiteReport:
     """Validate every scenario first (a typo should not surface after minutes of work), then run them.
 
-    ``enabled_kinds`` says which detectors the pipeline runs: pass ``RULE_KINDS | {"outlier"}`` with a
-    factory that loads an outlier model, so outlier labels start to count.
+    ``enabled_kinds`` says which detectors the pipeline runs (default ``rule_kinds()``): pass
+    ``REGISTRY.kinds()`` with a factory that loads an outlier model, so outlier labels start to
+    count.
     """
     report = run_seeds(paths, [seed], config, pipeline_factory, enabled_kinds, thresholds, workers, on_result)
     return report.by_seed[seed]
@@ -314,7 +312,7 @@ def run_seeds(
     seeds: list[int | None],
     config: DetectorConfig | None = None,
     pipeline_factory: PipelineFactory = Pipeline,
-    enabled_kinds: frozenset[str] = RULE_KINDS,
+    enabled_kinds: frozenset[str] | None = None,
     thresholds: Thresholds | None = None,
     workers: int = 1,
     on_result: Callable[[ScenarioResult], None] | None = None,
@@ -334,7 +332,7 @@ def run_seeds(
             on_result(result)
     n = len(scenarios)
     by_seed = {
-        seed: score_suite(results[i * n : (i + 1) * n], enabled_kinds, thresholds)
+        seed: score_suite(results[i * n : (i + 1) * n], enabled_kinds or rule_kinds(), thresholds)
         for i, seed in enumerate(seeds)
     }
     wall_s = time.perf_counter() - started

@@ -33,16 +33,18 @@ import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
 import numpy as np
 
+from fabricwatch.detectors.registry import REGISTRY
 from fabricwatch.storage import queries
 from fabricwatch.storage.queries import Grid, Incident, Series, Store, when
 
 DPI = 100
-KIND_COLOURS = {
-    "pfc_storm": "tab:red",
-    "incast": "tab:orange",
-    "ecmp_collapse": "tab:purple",
-    "outlier": "tab:gray",
-}
+
+
+def kind_colour(kind: str) -> str:
+    """The incident kind's own colour (``spec.IncidentKind.colour``); grey for a kind this build
+    does not know (stored by a newer one)."""
+    declared = REGISTRY.incidents.get(kind)
+    return declared.colour if declared is not None else "tab:gray"
 
 
 def write_report(
@@ -137,7 +139,7 @@ def _shade(ax: Any, incidents: list[Incident], touches: Any) -> list[Incident]:
             ax.axvspan(
                 np.datetime64(inc.start_ns, "ns"),
                 np.datetime64(inc.end_ns, "ns"),
-                color=KIND_COLOURS.get(inc.kind, "tab:gray"),
+                color=kind_colour(inc.kind),
                 alpha=0.15,
                 lw=0,
             )

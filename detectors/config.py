@@ -1,5 +1,9 @@
 """Detector thresholds: derived from physics and from the reference implementations, all settable.
 
+Each detector declares its section (``spec.Detector.config``) and keeps its struct in its own
+module (``pfc_storm.PfcStormConfig``, ``incast.IncastConfig``, ``ecmp.EcmpConfig``,
+``outliers.config.OutlierConfig``); ``DetectorConfig`` is assembled from the registry.
+
 Defaults and where they come from:
 
 * PFC storm — SONiC's PFC watchdog: a queue is stormed when it is paused (pause frames arriving, or
@@ -50,98 +54,36 @@ from pathlib import Path
 
 import msgspec
 
+from fabricwatch.detectors.registry import REGISTRY, Registry
 from fabricwatch.schemas.config import ConfigFile
-
-
-class PfcStormConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    detection_time_s: float = 0.2
-    restoration_time_s: float = 0.2
-    paused_fraction: float = 0.99
-    idle_tx_fraction: float = 0.01
-    stalled_queue_bytes: float = 150_000.0
-    """A switch egress that stalled unpaused fills its queue to the PFC threshold; a few packets
-    left on a barely used queue are not that (the default ECN Kmin: past where marking begins)."""
-
-
-class IncastConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    ecn_kmin_bytes: float = 150_000.0
-    ecn_kmax_bytes: float = 1_500_000.0
-    band_fraction: float = 0.5
-    hold_band_fraction: float = 0.25
-    min_egress_utilisation: float = 0.7
-    full_poll_utilisation: float = 0.9
-    min_fan_in: int = 2
-    fan_in_port_fraction: float = 0.05
-    sustain_polls: int = 2
-    ecn_pmax: float = 0.2
-    """WRED's marking probability at Kmax. Where a switch has no queue-depth gauge, a poll in which
-    the port ran at line rate with its watermark deep and at least ``band_fraction * ecn_pmax *
-    standing_marks`` of the queue's packets marked had its queue deep the whole poll: marks are the
-    gauge-less switch's proof that the queue stood rather than peaked once."""
-    standing_marks: float = 0.8
-    """Share of the marking a queue standing at the deep point would cause, allowing for noise."""
-
-
-class EcmpConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    window_polls: int = 1
-    max_over_mean: float = 1.5
-    min_hot_utilisation: float = 0.9
-    hold_max_over_mean: float = 1.25
-    hold_hot_utilisation: float = 0.7
-    persist_polls: int = 3
-    polarised_share: float = 0.8
-    """A group is polarised when its hottest ``polarised_members`` (at least one) carry this share
-    of its traffic while the rest idle: a warning before it saturates."""
-    polarised_members: float = 0.125
-    """"Few" members, as a share of the group's (one of eight: one of 4-15, two of 16-23, ...)."""
-    polarised_min_members: int = 4
-    """Smaller groups are left to the saturated test: two flows on one of two members is chance."""
-    polarised_hot_utilisation: float = 0.25
-    """The hot member must carry real load: a trickle on one uplink is nothing to warn about."""
-    polarised_persist_s: float = 30.0
-    """Long enough that it is no single flow's burst (seconds, at any poll interval)."""
-    saturated_polls: int = 2
-    """Polls of a collapse's first ``persist_polls`` in which the hot member must be saturated: the
-    hysteresis (``hold_*``) keeps a reported collapse, it must not make one of a single saturated
-    poll (uneven hashing in a burst, at 100 ms polls, fired after 0.3 s)."""
-    clear_polls: int = 2
-    """Polls in a row without skew that end a reported collapse: one noisy reading of a saturated
-    uplink (20% noise reads 1.0 as 0.8, under the 0.7 hold with a little more) must not end it and
-    start it again a few seconds later as a second incident."""
-    max_unknown_polls: int = 4
-    """Polls in a row a group's shares may be unknown (a member's rate missing, or the switch not
-    refreshed yet) without breaking its streak or its report: an unknown poll is neither skewed
-    nor healthy. Past it, the report is no longer refreshed (stage 2 lets it expire)."""
 
 
 class IncidentConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     resolve_after_s: float = 3.0
 
 
-class OutlierConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    threshold_quantile: float = 0.9995
-    persist_polls: int = 3
-    window_polls: int = 4
-    batch_rows: int = 4096
-    top_features: int = 3
-    n_estimators: int = 100
-    max_samples: int = 256
-    seed: int = 0
+def config_type(registry: Registry) -> type[msgspec.Struct]:
+    """The ``detectors:`` section: one sub-section per registered detector that declares one
+    (``spec.Detector.config``), stage 2's ``incidents:`` and the default link speed. Made from the
+    declarations, so a new detector's settings need no edit here."""
+    sections = [
+        (key, struct, msgspec.field(default_factory=struct)) for key, struct in registry.sections.items()
+    ]
+    return msgspec.defstruct(
+        "DetectorConfig",
+        [
+            *sections,
+            ("incidents", IncidentConfig, msgspec.field(default_factory=IncidentConfig)),
+            ("default_link_gbps", float, 400.0),
+        ],
+        module=__name__,
+        forbid_unknown_fields=True,
+        frozen=True,
+    )
 
-    def __post_init__(self) -> None:
-        if not 0.0 < self.threshold_quantile < 1.0:
-            raise ValueError("threshold_quantile must be between 0 and 1 (exclusive)")
-        if not 1 <= self.persist_polls <= self.window_polls <= 16:
-            raise ValueError("need 1 <= persist_polls <= window_polls <= 16")
 
-
-class DetectorConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    pfc_storm: PfcStormConfig = msgspec.field(default_factory=PfcStormConfig)
-    incast: IncastConfig = msgspec.field(default_factory=IncastConfig)
-    ecmp: EcmpConfig = msgspec.field(default_factory=EcmpConfig)
-    incidents: IncidentConfig = msgspec.field(default_factory=IncidentConfig)
-    outliers: OutlierConfig = msgspec.field(default_factory=OutlierConfig)
-    default_link_gbps: float = 400.0
+DetectorConfig = config_type(REGISTRY)
+"""The shipped detectors' config (a module attribute, so that it pickles)."""
 
 
 def load_config(path: str | Path | None) -> DetectorConfig:

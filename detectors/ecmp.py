@@ -13,15 +13,49 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 import numpy as np
 
-from fabricwatch.detectors.config import EcmpConfig
 from fabricwatch.detectors.evidence import evidence
+from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import StreakTable
 from fabricwatch.detectors.rates import RateFrame
-from fabricwatch.schemas.messages import EcmpGroup, Symptom
+from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, SymptomKind
+from fabricwatch.schemas.messages import EcmpGroup, RootCause, Symptom
+
+
+class EcmpConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    window_polls: int = 1
+    max_over_mean: float = 1.5
+    min_hot_utilisation: float = 0.9
+    hold_max_over_mean: float = 1.25
+    hold_hot_utilisation: float = 0.7
+    persist_polls: int = 3
+    polarised_share: float = 0.8
+    """A group is polarised when its hottest ``polarised_members`` (at least one) carry this share
+    of its traffic while the rest idle: a warning before it saturates."""
+    polarised_members: float = 0.125
+    """"Few" members, as a share of the group's (one of eight: one of 4-15, two of 16-23, ...)."""
+    polarised_min_members: int = 4
+    """Smaller groups are left to the saturated test: two flows on one of two members is chance."""
+    polarised_hot_utilisation: float = 0.25
+    """The hot member must carry real load: a trickle on one uplink is nothing to warn about."""
+    polarised_persist_s: float = 30.0
+    """Long enough that it is no single flow's burst (seconds, at any poll interval)."""
+    saturated_polls: int = 2
+    """Polls of a collapse's first ``persist_polls`` in which the hot member must be saturated: the
+    hysteresis (``hold_*``) keeps a reported collapse, it must not make one of a single saturated
+    poll (uneven hashing in a burst, at 100 ms polls, fired after 0.3 s)."""
+    clear_polls: int = 2
+    """Polls in a row without skew that end a reported collapse: one noisy reading of a saturated
+    uplink (20% noise reads 1.0 as 0.8, under the 0.7 hold with a little more) must not end it and
+    start it again a few seconds later as a second incident."""
+    max_unknown_polls: int = 4
+    """Polls in a row a group's shares may be unknown (a member's rate missing, or the switch not
+    refreshed yet) without breaking its streak or its report: an unknown poll is neither skewed
+    nor healthy. Past it, the report is no longer refreshed (stage 2 lets it expire)."""
 
 
 @dataclass
@@ -48,7 +82,12 @@ class EcmpDetector:
         self._streaks = StreakTable()
         self._calm = StreakTable()
 
-    def update(self, frame: RateFrame, groups: list[EcmpGroup], line_Bps: np.ndarray) -> list[Symptom]:
+    def open(self, device: str) -> bool:
+        return self._streaks.open(device)
+
+    def update(self, poll: Poll) -> list[Symptom]:
+        frame, line_Bps = poll.frame, poll.line_Bps
+        groups = poll.fabric.ecmp_groups(frame.device)
         tx = frame.port("tx_bytes")
         if not groups or tx is None:
             return []
@@ -177,3 +216,63 @@ class EcmpDetector:
                         rows[gi, k], members[gi, k] = where[m], True
             index = self._index[key] = _GroupIndex(usable, rows, members)
         return index
+
+
+# Stage 2: one incident per group, naming the jobs whose host pairs cross the switch.
+
+DELAY_POLLS = 5.0
+"""Found within this many polls of the collapse's start (``persist_polls`` of them, and slack)."""
+
+
+def describe(
+    d: Describer, incident: Incident, group: Group, latest: Symptom, active: set[SymptomKey]
+) -> None:
+    root = incident.root
+    under = d.fabric.hosts_under(root.device)
+    if float(latest.evidence.get("hot_utilisation", 0)) >= 0.9:
+        # The incident's worst, like its peak queue: a hot member swinging around 90% would
+        # otherwise flip the severity, and every receiver's alert with it, every few polls.
+        incident.severity = "critical"
+    matched = d.jobs.attach(incident, under, incident.start_ns, cross_from=under)
+    job = f"; job {', '.join(incident.jobs)}" if incident.jobs else ""
+    pairs = incident.evidence.get("crossing_host_pairs")
+    if matched and pairs:
+        job += f" ({pairs} host pairs of {matched[0].job} cross {root.device})"
+    incident.summary = (
+        f"ECMP collapse on {root.group}: entropy {latest.evidence.get('entropy')}, "
+        f"max/mean {latest.evidence.get('max_over_mean')} ({latest.evidence.get('shares')}){job}"
+    )
+
+
+def _delay_bound_s(poll_s: float, config: Any, severity: str) -> float:
+    """A collapse below saturation (a warning) is reported once it has lasted polarised_persist_s."""
+    waited = config.ecmp.polarised_persist_s if severity == "warning" else 0.0
+    return waited + DELAY_POLLS * poll_s
+
+
+COLLAPSE = IncidentKind(
+    name="ecmp_collapse",
+    title="ECMP collapse",
+    colour="tab:purple",
+    hint=(
+        "Few long flows hash onto few uplinks: raise NCCL_IB_QPS_PER_CONNECTION, put the QPN in the "
+        "ECMP hash (UDF / enhanced ECMP), or enable adaptive routing."
+    ),
+    describe=describe,
+    delay_bound_s=_delay_bound_s,
+    delay=f"{DELAY_POLLS:g} polls (below saturation + polarised_persist_s)",
+)
+DETECTOR = Detector(
+    name="ecmp",
+    symptoms=(
+        SymptomKind(
+            "ecmp_imbalance",
+            "ecmp_collapse",
+            lambda placement, key, sym: RootCause(sym.device, group=sym.group),
+        ),
+    ),
+    incidents=(COLLAPSE,),
+    device_kinds=frozenset({"switch"}),
+    make=lambda config: EcmpDetector(config.ecmp),
+    config=("ecmp", EcmpConfig),
+)

@@ -52,3 +52,9 @@ def cell_symptom(
         active=active,
         evidence=evidence_of(int(p), int(q)),
     )
+
+
+def capped(names: list[str], shown: int = 8) -> str:
+    """A list of names for an incident's evidence: the first ``shown`` and how many more."""
+    more = f" +{len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more

@@ -30,17 +30,39 @@ detector's business) or oversubscription under balanced load, and neither is an 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+import msgspec
 import numpy as np
 
-from fabricwatch.detectors.config import IncastConfig
-from fabricwatch.detectors.evidence import cell_symptom, evidence
+from fabricwatch.detectors.evidence import capped, cell_symptom, evidence
 from fabricwatch.detectors.fabric import EcnCurve
+from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
+from fabricwatch.detectors.jobs import MANY_TO_ONE
 from fabricwatch.detectors.persistence import StreakTable
 from fabricwatch.detectors.rates import RateFrame
-from fabricwatch.schemas.messages import Symptom
+from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, SymptomKind
+from fabricwatch.schemas.messages import Phase, Symptom
+
+
+class IncastConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    ecn_kmin_bytes: float = 150_000.0
+    ecn_kmax_bytes: float = 1_500_000.0
+    band_fraction: float = 0.5
+    hold_band_fraction: float = 0.25
+    min_egress_utilisation: float = 0.7
+    full_poll_utilisation: float = 0.9
+    min_fan_in: int = 2
+    fan_in_port_fraction: float = 0.05
+    sustain_polls: int = 2
+    ecn_pmax: float = 0.2
+    """WRED's marking probability at Kmax. Where a switch has no queue-depth gauge, a poll in which
+    the port ran at line rate with its watermark deep and at least ``band_fraction * ecn_pmax *
+    standing_marks`` of the queue's packets marked had its queue deep the whole poll: marks are the
+    gauge-less switch's proof that the queue stood rather than peaked once."""
+    standing_marks: float = 0.8
+    """Share of the marking a queue standing at the deep point would cause, allowing for noise."""
 
 
 class IncastDetector:
@@ -52,15 +74,12 @@ class IncastDetector:
         self.config = config
         self._streaks = StreakTable()
 
-    def update(
-        self,
-        frame: RateFrame,
-        line_Bps: np.ndarray,
-        host_facing: np.ndarray,
-        curve: Callable[[np.ndarray], EcnCurve | None] | None = None,
-    ) -> list[Symptom]:
-        """``curve(queues)`` gives the switch's ECN thresholds per (port, queue) where the topology
-        knows them."""
+    def open(self, device: str) -> bool:
+        return self._streaks.open(device)
+
+    def update(self, poll: Poll) -> list[Symptom]:
+        """The switch's ECN thresholds per (port, queue) are the topology's where it knows them."""
+        frame, line_Bps = poll.frame, poll.line_Bps
         if (
             frame.layout.columns_of(self.SIGNALS).size
             and not frame.any_above_zero(self.SIGNALS)
@@ -77,7 +96,7 @@ class IncastDetector:
         tx = frame.port("tx_bytes")
         rx = frame.port("rx_bytes")
 
-        band = _Band.of(cfg, curve(queues) if curve is not None else None, watermark.shape)
+        band = _Band.of(cfg, poll.fabric.ecn_curve(frame.device, frame.ports, queues), watermark.shape)
         by_depth = band.position(watermark)
         by_marks = self._marked_position(frame, ecn, queues, band)
         position = np.fmax(by_depth, by_marks)
@@ -91,7 +110,7 @@ class IncastDetector:
             standing = (tx >= cfg.min_egress_utilisation * line_Bps)[:, None]
         feeders = rx >= cfg.fan_in_port_fraction * line_Bps
         fan_in = feeders.sum() - feeders
-        congested = marking & standing & host_facing[:, None]
+        congested = marking & standing & poll.fabric.host_facing(frame.device, frame.ports)[:, None]
         fed = (fan_in >= cfg.min_fan_in)[:, None]
 
         streak.step(congested, frame.ts_ns, frame.dt_s)
@@ -192,3 +211,90 @@ class _Band:
     def position(self, depth: np.ndarray) -> np.ndarray:
         """0 at Kmin, 1 at Kmax."""
         return (depth - self.kmin) / (self.kmax - self.kmin)
+
+
+# Stage 2: an incast is into a host (every rail's leaf port of it at once is one incident),
+# named by the job and collective sending, and by its ranks where the communication graph says.
+
+DELAY_POLLS = 2.0
+"""Found within this many polls of its start (``sustain_polls``)."""
+
+
+def describe(
+    d: Describer, incident: Incident, group: Group, latest: Symptom, active: set[SymptomKey]
+) -> None:
+    root, fabric = incident.root, d.fabric
+    receiver = fabric.host_behind(root.device, root.port)
+    if receiver:
+        incident.hosts.add(receiver)
+        nic = fabric.nic_behind(root.device, root.port)
+        if nic and any(k[0] == "ecn_received" and k[1] == nic for k in active):
+            incident.evidence["receiver_nic_ecn_cnp"] = "rising"
+    hurting = float(latest.evidence.get("drops_pps", 0)) > 0 or latest.evidence.get("pausing_ingress") == 1
+    if hurting:
+        incident.severity = "critical"  # and stays: see ecmp.describe
+    to = {receiver} if receiver else set()
+    matched = d.jobs.attach(incident, to, incident.start_ns, MANY_TO_ONE)
+    ranks = _sending_ranks(d, matched, receiver)
+    senders = sorted(incident.hosts - {receiver})
+    if senders:
+        incident.evidence["senders"] = len(senders)
+        incident.evidence["sender_hosts"] = capped(senders)
+        throttled = {fabric.host_of(k[1]) for k in active if k[0] == "cnp_received"}
+        incident.evidence["senders_receiving_cnp"] = len(throttled & set(senders))
+    job = f"; job {', '.join(incident.jobs)} {', '.join(incident.collectives)}" if incident.jobs else ""
+    if ranks:
+        incident.evidence["sending_ranks"] = ranks
+        job += f" from ranks {ranks}"
+    # The peak over the incident's life, not the latest poll's: one figure, growing only, so the
+    # firing line, the updates, the stored event and the report never disagree about it.
+    peak = max(
+        float(incident.evidence.get("peak_queue_bytes", 0)),
+        float(latest.evidence.get("queue_watermark_bytes", 0)),
+    )
+    incident.evidence["peak_queue_bytes"] = peak
+    incident.summary = (
+        f"Incast into {root.device} {root.port} queue {root.priority}"
+        f"{f' (host {receiver})' if receiver else ''}: peak queue {peak / 1e3:.0f} KB, "
+        f"{latest.evidence.get('fan_in_ports', '?')} ingress ports{job}"
+    )
+
+
+def _sending_ranks(d: Describer, matched: list[Phase], receiver: str | None) -> str:
+    """The ranks of the likeliest collective whose connections lead into the receiver, from its
+    communication graph (``""`` without one): who is sending, not only which job."""
+    for ph in matched[:1]:
+        ranks = d.jobs.senders_into(ph.job, ph.comm, {receiver} if receiver else set())
+        if ranks:
+            return capped([str(r) for r in ranks], 16)
+    return ""
+
+
+def _delay_bound_s(poll_s: float, config: Any, severity: str) -> float:
+    return DELAY_POLLS * poll_s
+
+
+INCAST = IncidentKind(
+    name="incast",
+    title="Incast",
+    colour="tab:orange",
+    hint=(
+        "Many-to-one traffic into one port: check the job's collective algorithm (NCCL_ALGO, PXN), "
+        "spread receivers, and DCQCN ECN thresholds / buffer headroom on that queue."
+    ),
+    describe=describe,
+    delay_bound_s=_delay_bound_s,
+    delay=f"{DELAY_POLLS:g} polls",
+    carried=("peak_queue_bytes",),
+    reported_root=lambda placement, group: placement.roots.first_rail(group),
+)
+DETECTOR = Detector(
+    name="incast",
+    symptoms=(
+        SymptomKind("incast", "incast", lambda placement, key, sym: placement.roots.incast_identity(sym)),
+    ),
+    incidents=(INCAST,),
+    device_kinds=frozenset({"switch"}),
+    make=lambda config: IncastDetector(config.incast),
+    config=("incast", IncastConfig),
+)

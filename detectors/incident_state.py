@@ -29,7 +29,7 @@ class Incident:
     evidence: dict[str, float | int | str] = field(default_factory=dict)
     summary: str = ""
     hint: str = ""
-    """What to do, where it is not the kind's usual remedy (``describe.HINTS``)."""
+    """What to do, where it is not the kind's usual remedy (its declaration's ``hint``)."""
     quiet_since_ns: int | None = None
     interval_ns: int = NS
 

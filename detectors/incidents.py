@@ -13,8 +13,10 @@ identity (kind and root), as Alertmanager's is of its labels: stable from firing
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from fabricwatch.detectors.config import IncidentConfig
-from fabricwatch.detectors.describe import HINTS, Describer
+from fabricwatch.detectors.describe import Describer
 from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.incident_state import (
     NS,
@@ -26,16 +28,43 @@ from fabricwatch.detectors.incident_state import (
     outlier_features,
 )
 from fabricwatch.detectors.jobs import JobAttribution
+from fabricwatch.detectors.outliers.detector import LINK_ERRORS, RETRANSMISSIONS
+from fabricwatch.detectors.registry import REGISTRY, Registry
 from fabricwatch.detectors.roots import Roots
 from fabricwatch.schemas.messages import Anomaly, PhaseMessage, RootCause, Symptom
 
-_LINK_ERRORS = frozenset({"symbol_errors", "rx_errors", "link_error_recovery", "link_downed"})
 _FIRST_INTERVAL_MAX_NS = 60 * NS
 """A first symptom's interval is its streak's age so far, at most this (a restarted stage 2 meets
 streaks minutes old: their polls are not minutes apart)."""
-_RETRANSMISSIONS = frozenset(
-    {"out_of_sequence", "packet_seq_err", "implied_nak_seq_err", "local_ack_timeout_err"}
-)
+
+
+@dataclass
+class Placement:
+    """What a root rule or a ripeness test (``spec``) may ask while a tick groups the active
+    symptoms: the fabric, the roots, the devices open rule incidents explain, the ports with an
+    active symptom of a kind, and a storm's sticky membership."""
+
+    correlator: Correlator
+    explained: set[str]
+    _ports: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+
+    @property
+    def fabric(self) -> FabricMap:
+        return self.correlator.fabric
+
+    @property
+    def roots(self) -> Roots:
+        return self.correlator.roots
+
+    def ports_with(self, kind: str) -> set[tuple[str, str]]:
+        """(device, port) of every active symptom of ``kind``, gathered once per tick."""
+        found = self._ports.get(kind)
+        if found is None:
+            found = self._ports[kind] = {(k[1], k[2]) for k in self.correlator.active_keys() if k[0] == kind}
+        return found
+
+    def storm_root(self, key: SymptomKey, sym: Symptom) -> RootCause:
+        return self.correlator.storm_membership(key, sym, self)
 
 
 class Correlator:
@@ -43,11 +72,17 @@ class Correlator:
     updated, resolved). Where an incident is rooted is ``Roots``' job, what it says is
     ``Describer``'s, which job it belongs to ``JobAttribution``'s."""
 
-    def __init__(self, config: IncidentConfig | None = None, fabric: FabricMap | None = None) -> None:
+    def __init__(
+        self,
+        config: IncidentConfig | None = None,
+        fabric: FabricMap | None = None,
+        registry: Registry = REGISTRY,
+    ) -> None:
         self.config = config or IncidentConfig()
+        self.registry = registry
         self.roots = Roots(fabric or FabricMap(None))
         self.jobs = JobAttribution()
-        self.describer = Describer(self.roots, self.jobs)
+        self.describer = Describer(self.roots, self.jobs, registry.incidents)
         self._active: dict[SymptomKey, Seen] = {}
         self._incidents: dict[str, Incident] = {}
         self._storm_roots: dict[SymptomKey, RootCause] = {}
@@ -81,12 +116,13 @@ class Correlator:
     def tick(self, now_ns: int) -> list[Anomaly]:
         """Group the active symptoms into incidents; return what changed since the last tick."""
         self._expire(now_ns)
-        groups = self._group()
+        placement = Placement(self, self._explained())
+        groups = self._group(placement)
         out = []
         for fp, group in groups.items():
             incident = self._incidents.get(fp)
             if incident is None:
-                if not self._ripe(fp, group, now_ns):
+                if not self._ripe(fp, group, now_ns, placement):
                     continue
                 incident = self._incidents[fp] = Incident(group.kind, group.root, fp, group.start_ns, now_ns)
                 self.describer.describe(incident, group, set(self._active))
@@ -108,27 +144,12 @@ class Correlator:
         self.jobs.prune(now_ns)
         return out
 
-    def _ripe(self, fp: str, group: Group, now_ns: int) -> bool:
-        """Whether a new incident may fire. A storm whose pause tree ends at a switch port waits one
-        poll: within a poll, the devices' snapshots arrive in any order, and a port paused by a
-        switch whose own paused port is not in yet would name that switch as root. Once its
-        symptom is in, the port re-homes and the false root never fires. A NIC root, the common
-        case, fires at once, and so does a switch port that stalled unpaused (its own symptom). So
-        does a learned outlier, unless all it shows is retransmissions: those
-        wait a poll for the lossy link they may echo."""
-        if group.kind == "pfc_storm":
-            # A root that shows its own side (a NIC, or a switch's stalled egress: pfc_pausing) is
-            # proven; only a walk that stopped at a switch may be waiting for that switch's port.
-            proven = any(m.kind == "pfc_pausing" for m in group.members)
-            waits = not self.fabric.is_nic(group.root.device) and not proven
-        else:
-            # Retransmissions alone may be a lossy link's echo whose source has not reported yet.
-            waits = (
-                group.kind == "outlier"
-                and bool(outlier_features(group))
-                and outlier_features(group) <= _RETRANSMISSIONS
-            )
-        if not waits:
+    def _ripe(self, fp: str, group: Group, now_ns: int, placement: Placement) -> bool:
+        """Whether a new incident may fire: at once, unless its kind's ``ripe`` test says it may
+        still be wrong (a storm's root not proven yet, retransmissions that may be another
+        incident's echo); then it waits one poll of its group, at most."""
+        ripe = self.registry.incidents[group.kind].ripe
+        if ripe is None or ripe(placement, group):
             return True
         first = self._pending.setdefault(fp, now_ns)
         return now_ns - first >= group.interval_ns
@@ -143,35 +164,37 @@ class Correlator:
         self._active.pop(key, None)
         self._storm_roots.pop(key, None)
 
-    def _group(self) -> dict[str, Group]:
-        groups: dict[str, Group] = {}
-        storming = {(k[1], k[2]) for k in self._active if k[0] == "pfc_storm"}
-        pausing = {(k[1], k[2]) for k in self._active if k[0] == "pfc_pausing"}
-        paused_devices = {d for d, _ in storming}
-        explained = {
-            d for i in self._incidents.values() if i.kind != "outlier" for d in (*i.devices, i.root.device)
+    def active_keys(self) -> list[SymptomKey]:
+        return list(self._active)
+
+    def _explained(self) -> set[str]:
+        """Devices of open incidents whose kind explains what else their devices show."""
+        kinds = self.registry.incidents
+        return {
+            d
+            for i in self._incidents.values()
+            if kinds[i.kind].explains_devices
+            for d in (*i.devices, i.root.device)
         }
+
+    def _group(self, placement: Placement) -> dict[str, Group]:
+        """Each active symptom under the incident its kind's root rule names; evidence-only kinds
+        (and kinds this build does not know: a newer stage 1's) stay evidence for the others."""
+        groups: dict[str, Group] = {}
+        symptoms = self.registry.symptoms
         for key, seen in self._active.items():
-            sym = seen.symptom
-            if key[0] == "pfc_storm":
-                kind, root = "pfc_storm", self._storm_membership(key, sym, storming, pausing, paused_devices)
-            elif key[0] == "pfc_pausing":
-                kind, root = "pfc_storm", RootCause(sym.device, sym.port, sym.priority)
-            elif key[0] == "incast":
-                kind, root = "incast", self.roots.incast_identity(sym)
-            elif key[0] == "ecmp_imbalance":
-                kind, root = "ecmp_collapse", RootCause(sym.device, group=sym.group)
-            elif key[0] == "outlier":
-                kind, root = "outlier", self.roots.outlier_root(sym)
-                if {sym.device, root.device} & explained:
-                    continue
-            else:
+            rule = symptoms.get(key[0])
+            if rule is None or rule.incident is None or rule.root is None:
                 continue
-            group = groups.setdefault(fingerprint(kind, root), Group(kind, root))
+            root = rule.root(placement, key, seen.symptom)
+            if root is None:
+                continue
+            group = groups.setdefault(fingerprint(rule.incident, root), Group(rule.incident, root))
             group.add(seen)
         for group in groups.values():
-            if group.kind == "incast":
-                group.root = self.roots.first_rail(group)
+            settle = self.registry.incidents[group.kind].reported_root
+            if settle is not None:
+                group.root = settle(placement, group)
         self._fold_retransmission_echoes(groups)
         return groups
 
@@ -182,7 +205,7 @@ class Correlator:
         lossy = {
             self.fabric.host_of(g.root.device): fp
             for fp, g in groups.items()
-            if g.kind == "outlier" and outlier_features(g) & _LINK_ERRORS
+            if g.kind == "outlier" and outlier_features(g) & LINK_ERRORS
         }
         self._echoes = {e: t for e, t in self._echoes.items() if t in self._incidents or t in lossy.values()}
         for fp, group in list(groups.items()):
@@ -204,25 +227,20 @@ class Correlator:
     def _echo_source(self, group: Group, lossy: dict[str, str]) -> str | None:
         """The lossy link's incident this retransmission-only group echoes, if any."""
         features = outlier_features(group)
-        if not lossy or not features or not features <= _RETRANSMISSIONS:
+        if not lossy or not features or not features <= RETRANSMISSIONS:
             return None
         host = self.fabric.host_of(group.root.device)
         now = max(m.ts_ns for m in group.members)
         peers = sorted(self.jobs.hosts_sharing_a_phase(host, now) & lossy.keys())
         return lossy[peers[0]] if peers else None
 
-    def _storm_membership(
-        self,
-        key: SymptomKey,
-        sym: Symptom,
-        storming: set[tuple[str, str]],
-        pausing: set[tuple[str, str]],
-        paused_devices: set[str],
-    ) -> RootCause:
+    def storm_membership(self, key: SymptomKey, sym: Symptom, placement: Placement) -> RootCause:
         """The root a paused port belongs to. Membership is sticky: when the root recovers first,
         the ports it paused unwind hop by hop and, cut off from it, would each look like a root of
         its own. A port re-homes only when its incident's root turns out to be paused itself, or
         its root switch turns out to have a stalled egress port (the pauses began there)."""
+        storming, pausing = placement.ports_with("pfc_storm"), placement.ports_with("pfc_pausing")
+        paused_devices = {d for d, _ in storming}
         root = self._storm_roots.get(key)
         stalled_there = root is not None and any(d == root.device and p != root.port for d, p in pausing)
         if root is None or root.device in paused_devices or stalled_there:
@@ -252,17 +270,18 @@ class Correlator:
         missed or calm poll at 10 s polling does not split an incident in two. An incident on a
         device inside an active storm's pause tree waits for the storm to end."""
         out = []
+        kinds = self.registry.incidents
         frozen = {
             d
             for fp, i in self._incidents.items()
-            if i.kind == "pfc_storm" and fp in groups
+            if kinds[i.kind].freezes_traffic and fp in groups
             for d in i.devices
         }
         for fp, incident in list(self._incidents.items()):
             if fp in groups:
                 incident.interval_ns = groups[fp].interval_ns
                 continue
-            if incident.kind != "pfc_storm" and incident.devices & frozen:
+            if not kinds[incident.kind].freezes_traffic and incident.devices & frozen:
                 # Traffic through a storm's tree is frozen: its silence says nothing about this fault.
                 incident.quiet_since_ns = None
                 continue
@@ -275,11 +294,10 @@ class Correlator:
                 del self._incidents[fp]
         return out
 
-    @staticmethod
-    def _anomaly(incident: Incident, status: str, now_ns: int, end_ns: int | None = None) -> Anomaly:
+    def _anomaly(self, incident: Incident, status: str, now_ns: int, end_ns: int | None = None) -> Anomaly:
         return Anomaly(
             fingerprint=incident.fingerprint,
-            kind=incident.kind,  # type: ignore[arg-type]
+            kind=incident.kind,
             severity=incident.severity,  # type: ignore[arg-type]
             status=status,  # type: ignore[arg-type]
             start_ns=incident.start_ns,
@@ -287,7 +305,7 @@ class Correlator:
             end_ns=end_ns,
             root=incident.root,
             summary=incident.summary,
-            hint=incident.hint or HINTS[incident.kind],
+            hint=incident.hint or self.registry.incidents[incident.kind].hint,
             devices=sorted(incident.devices),
             hosts=sorted(incident.hosts),
             jobs=list(incident.jobs),

@@ -131,7 +131,7 @@ class JobAttribution:
             coll = f"{ph.op} comm {ph.comm}"
             if coll not in incident.collectives:
                 incident.collectives.append(coll)
-            if incident.kind != "ecmp_collapse":
+            if cross_from is None:  # traffic that crosses: its far ends are not the incident's hosts
                 incident.hosts |= set(ph.participants())
         return matches
 

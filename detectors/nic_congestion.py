@@ -9,7 +9,7 @@ import numpy as np
 
 from fabricwatch.detectors.evidence import evidence
 from fabricwatch.detectors.persistence import StreakTable
-from fabricwatch.detectors.rates import RateFrame
+from fabricwatch.detectors.spec import Detector, Poll, SymptomKind
 from fabricwatch.schemas.messages import Symptom
 
 _SIGNALS = (
@@ -27,7 +27,8 @@ class NicCongestion:
     def open(self, device: str) -> bool:
         return self._streaks.open(device)
 
-    def update(self, frame: RateFrame) -> list[Symptom]:
+    def update(self, poll: Poll) -> list[Symptom]:
+        frame = poll.frame
         if frame.device_kind != "nic":
             return []
         columns = []
@@ -56,3 +57,12 @@ class NicCongestion:
             )
 
         return streak.report(cleared, symptom)
+
+
+DETECTOR = Detector(
+    name="nic_congestion",
+    symptoms=tuple(SymptomKind(kind) for kind, _ in _SIGNALS),  # evidence for incasts only
+    device_kinds=frozenset({"nic"}),
+    make=lambda config: NicCongestion(),
+    signals=NicCongestion.SIGNALS,
+)

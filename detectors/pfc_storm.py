@@ -14,16 +14,29 @@ counter (microseconds paused per second), which is exact, rather than inferred f
 from __future__ import annotations
 
 import math
+from typing import Any
 
+import msgspec
 import numpy as np
 
-from fabricwatch.detectors.config import PfcStormConfig
 from fabricwatch.detectors.evidence import cell_symptom, evidence
+from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import StreakTable
 from fabricwatch.detectors.rates import RateFrame
-from fabricwatch.schemas.messages import Symptom
+from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
+from fabricwatch.schemas.messages import RootCause, Symptom
 
 _US_PER_S = 1e6
+
+
+class PfcStormConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    detection_time_s: float = 0.2
+    restoration_time_s: float = 0.2
+    paused_fraction: float = 0.99
+    idle_tx_fraction: float = 0.01
+    stalled_queue_bytes: float = 150_000.0
+    """A switch egress that stalled unpaused fills its queue to the PFC threshold; a few packets
+    left on a barely used queue are not that (the default ECN Kmin: past where marking begins)."""
 
 
 class PfcWatchdog:
@@ -39,7 +52,8 @@ class PfcWatchdog:
         """Whether the device has a storm running or reported (its next poll matters regardless)."""
         return self._storm.open(device)
 
-    def update(self, frame: RateFrame, line_Bps: np.ndarray) -> list[Symptom]:
+    def update(self, poll: Poll) -> list[Symptom]:
+        frame, line_Bps = poll.frame, poll.line_Bps
         if not frame.any_above_zero(self.SIGNALS) and not self.open(frame.device):
             return []  # nothing paused and nothing open: the poll would change nothing
         rx_frames, prios = frame.indexed("rx_pfc_frames")
@@ -122,7 +136,11 @@ class StalledEgress:
         self._stall = StreakTable()
         self._flowing = StreakTable()
 
-    def update(self, frame: RateFrame, line_Bps: np.ndarray) -> list[Symptom]:
+    def open(self, device: str) -> bool:
+        return self._stall.open(device)
+
+    def update(self, poll: Poll) -> list[Symptom]:
+        frame, line_Bps = poll.frame, poll.line_Bps
         if not frame.any_above_zero(self.SIGNALS) and not self._stall.open(frame.device):
             return []  # no ingress port paused and nothing open: the poll would change nothing
         rx_frames, prios = frame.indexed("rx_pfc_frames")
@@ -194,7 +212,8 @@ class NicPauseStorm:
     def open(self, device: str) -> bool:
         return self._storm.open(device)
 
-    def update(self, frame: RateFrame) -> list[Symptom]:
+    def update(self, poll: Poll) -> list[Symptom]:
+        frame = poll.frame
         pause_us, prios = frame.indexed("tx_pfc_duration_us")
         if frame.device_kind != "nic" or prios.size == 0:
             return []
@@ -231,3 +250,125 @@ class NicPauseStorm:
                 "pfc_pausing", frame, pausing.shape, i, prios, storm.since_ns, active, proof
             ),
         )
+
+
+# Stage 2: a storm is one incident per root, the port that pauses others without being paused.
+
+STALLED_EGRESS_HINT = (
+    "A switch egress queue holds data and sends nothing without being paused (a PFC deadlock, or a "
+    "stuck port): check the switch (PFC watchdog action, buffer and routing loops, the port's state); "
+    "the host behind the port is a victim, not the cause."
+)
+_TREE_EDGES_SHOWN = 12
+
+
+def describe(
+    d: Describer, incident: Incident, group: Group, latest: Symptom, active: set[SymptomKey]
+) -> None:
+    fabric, root, members = d.fabric, incident.root, group.members
+    stalled = incident.evidence.get("stalled_egress") == 1 or (  # sticky, like its severity
+        not fabric.is_nic(root.device)
+        and any(s.kind == "pfc_pausing" and (s.device, s.port) == (root.device, root.port) for s in members)
+    )
+    behind = fabric.host_behind(root.device, root.port) if stalled else None
+    host = behind or fabric.host_of(root.device)
+    if stalled:
+        incident.evidence["stalled_egress"] = 1
+        incident.hint = STALLED_EGRESS_HINT
+    incident.hosts.add(host)
+    incident.severity = "critical"
+    paused = [s for s in members if s.kind == "pfc_storm"]
+    incident.evidence["paused_ports"] = len({(s.device, s.port) for s in paused})
+    incident.evidence["paused_devices"] = len({s.device for s in paused})
+    incident.evidence.update(_pause_tree(d, paused))
+    d.jobs.attach(incident, {host}, incident.start_ns)
+    job = f"; job {', '.join(incident.jobs)}" if incident.jobs else ""
+    where = f"host {host}"
+    if stalled:
+        where = f"{f'toward host {behind}; ' if behind else ''}its egress stalled unpaused"
+    incident.summary = (
+        f"PFC storm on priority {root.priority} rooted at {root.device} port {root.port} "
+        f"({where}): {incident.evidence['paused_ports']} ports paused on "
+        f"{incident.evidence['paused_devices']} devices{job}"
+    )
+
+
+def _pause_tree(d: Describer, paused: list[Symptom]) -> dict[str, int | str]:
+    """The propagation tree, hop by hop from the root: each paused port and the port pausing it."""
+    storming = {(s.device, s.port) for s in paused}
+    edges = []
+    for s in paused:
+        _, hops = d.roots.walk_to_root(s.device, s.port, storming)
+        peer = d.fabric.peer(s.device, s.port)
+        by = f"{peer[0]}:{peer[1]}" if peer else "?"
+        edges.append((hops, f"{s.device}:{s.port}<-{by}"))
+    edges.sort()
+    shown = [f"hop {h}: {e}" for h, e in edges[:_TREE_EDGES_SHOWN]]
+    if len(edges) > _TREE_EDGES_SHOWN:
+        shown.append(f"+{len(edges) - _TREE_EDGES_SHOWN} more")
+    return {"hops": max((h for h, _ in edges), default=0), "tree": "; ".join(shown)}
+
+
+def _ripe(placement: Placement, group: Group) -> bool:
+    """A storm whose pause tree ends at a switch port waits one poll: within a poll, the devices'
+    snapshots arrive in any order, and a port paused by a switch whose own paused port is not in
+    yet would name that switch as root. Once its symptom is in, the port re-homes and the false root
+    never fires. A NIC root, the common case, fires at once, and so does a root that shows its own
+    side (a switch port that stalled unpaused: ``pfc_pausing``)."""
+    proven = any(m.kind == "pfc_pausing" for m in group.members)
+    return proven or placement.fabric.is_nic(group.root.device)
+
+
+def _delay_bound_s(poll_s: float, config: Any, severity: str) -> float:
+    """SONiC's watchdog latency: the detection time plus one poll."""
+    return config.pfc_storm.detection_time_s + poll_s
+
+
+PFC_STORM = IncidentKind(
+    name="pfc_storm",
+    title="PFC storm",
+    colour="tab:red",
+    hint=(
+        "Inspect the root NIC and its host (stalled receiver, driver or PCIe hang); enable the switch "
+        "PFC watchdog and NIC pause-storm prevention so one stalled port cannot freeze the fabric."
+    ),
+    describe=describe,
+    delay_bound_s=_delay_bound_s,
+    delay="detection_time_s + 1 poll",
+    carried=("stalled_egress",),
+    ripe=_ripe,
+    freezes_traffic=True,
+)
+PAUSED = SymptomKind("pfc_storm", "pfc_storm", lambda placement, key, sym: placement.storm_root(key, sym))
+"""A queue the watchdog finds stormed: it joins the storm its pause tree walks back to."""
+PAUSING = SymptomKind(
+    "pfc_pausing", "pfc_storm", lambda placement, key, sym: RootCause(sym.device, sym.port, sym.priority)
+)
+"""The root's own side: a NIC that keeps pausing, or a switch egress stalled unpaused."""
+
+_SECTION = ("pfc_storm", PfcStormConfig)
+WATCHDOG = Detector(
+    name="pfc_watchdog",
+    symptoms=(PAUSED,),
+    incidents=(PFC_STORM,),
+    device_kinds=frozenset({"nic", "switch"}),
+    make=lambda config: PfcWatchdog(config.pfc_storm),
+    signals=PfcWatchdog.SIGNALS,
+    config=_SECTION,
+)
+STALLED_EGRESS = Detector(
+    name="stalled_egress",
+    symptoms=(PAUSING,),
+    device_kinds=frozenset({"switch"}),
+    make=lambda config: StalledEgress(config.pfc_storm),
+    signals=StalledEgress.SIGNALS,
+    config=_SECTION,
+)
+NIC_PAUSE_STORM = Detector(
+    name="nic_pause_storm",
+    symptoms=(PAUSING,),
+    device_kinds=frozenset({"nic"}),
+    make=lambda config: NicPauseStorm(config.pfc_storm),
+    signals=NicPauseStorm.SIGNALS,
+    config=_SECTION,
+)

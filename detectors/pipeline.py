@@ -15,6 +15,7 @@ from fabricwatch.detectors.clock import ClockGuard
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.outliers import OutlierStage
 from fabricwatch.detectors.rates import RateFrame
+from fabricwatch.detectors.registry import REGISTRY, Registry
 from fabricwatch.detectors.stage1 import Stage1
 from fabricwatch.detectors.stage2 import Stage2
 from fabricwatch.detectors.topology import TopologyView
@@ -70,10 +71,12 @@ class Pipeline:
     """Called with every rate frame (e.g. to store rates); None costs nothing."""
     on_context: Callable[[PhaseMessage | Topology], None] | None = None
     """Called with every decoded phase, communication graph and topology (e.g. to store them)."""
+    registry: Registry = REGISTRY
+    """The detectors both stages run (the shipped ones; a test adds its own)."""
 
     def __post_init__(self) -> None:
-        self.stage1 = Stage1(self.config, self.outliers)
-        self.stage2 = Stage2(self.config, self.tick_s)
+        self.stage1 = Stage1(self.config, self.outliers, self.registry)
+        self.stage2 = Stage2(self.config, self.tick_s, self.registry)
         self.topology = TopologyView()
         self.clock: ClockGuard[tuple[str, Snapshot]] = ClockGuard()
 

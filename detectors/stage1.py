@@ -1,12 +1,14 @@
 """Stage 1: one device's snapshots in, its rates and symptoms out. Scales with the number of devices:
 everything here is keyed by device, so any partitioning of devices across workers is valid.
 
-``process_batch`` is the workers' path: rates for a batch in stacked numpy passes, and the NIC
-detectors skipped for a NIC whose poll shows none of their signals (no pause, ECN mark or CNP
-above zero) while none of its streaks is open, since for such a poll they change nothing and say
-nothing. A fabric has ten NIC snapshots for every switch one, and nearly all are quiet. The
-switch detectors of pauses and marks return at once, by the same reasoning, from a poll in which
-the switch received and sent no pause and marked nothing while none of their streaks is open."""
+The detectors are the registry's (``registry.py``): each runs on the polls of the device kinds it
+declares, in the registry's order. ``process_batch`` is the workers' path: rates for a batch in
+stacked numpy passes, and a device's poll skipped when it carries none of the signals its kind's
+detectors declare (no pause, ECN mark or CNP above zero on a NIC) while none of their streaks is
+open, since for such a poll they change nothing and say nothing. A fabric has ten NIC snapshots
+for every switch one, and nearly all are quiet. A kind with a detector that declares no signals
+(the switch: incast and ECMP read every poll) is never skipped.
+"""
 
 from __future__ import annotations
 
@@ -15,32 +17,34 @@ from collections.abc import Sequence
 import numpy as np
 
 from fabricwatch.detectors.config import DetectorConfig
-from fabricwatch.detectors.ecmp import EcmpDetector
 from fabricwatch.detectors.fabric import FabricMap
-from fabricwatch.detectors.incast import IncastDetector
-from fabricwatch.detectors.nic_congestion import NicCongestion
 from fabricwatch.detectors.outliers import OutlierStage
-from fabricwatch.detectors.pfc_storm import NicPauseStorm, PfcWatchdog, StalledEgress
 from fabricwatch.detectors.rates import RateEngine, RateFrame
+from fabricwatch.detectors.registry import REGISTRY, Registry
+from fabricwatch.detectors.spec import DeviceDetector, Poll
 from fabricwatch.schemas.messages import Snapshot, Symptom, Topology
-
-_NIC_SIGNALS = PfcWatchdog.SIGNALS | NicPauseStorm.SIGNALS | NicCongestion.SIGNALS
 
 
 class Stage1:
-    def __init__(self, config: DetectorConfig | None = None, outliers: OutlierStage | None = None) -> None:
+    def __init__(
+        self,
+        config: DetectorConfig | None = None,
+        outliers: OutlierStage | None = None,
+        registry: Registry = REGISTRY,
+    ) -> None:
         self.config = config or DetectorConfig()
         self.rates = RateEngine()
         self.fabric = FabricMap(None, self.config.default_link_gbps)
-        self._pfc = PfcWatchdog(self.config.pfc_storm)
-        self._nic_pause = NicPauseStorm(self.config.pfc_storm)
-        self._stalled = StalledEgress(self.config.pfc_storm)
-        self._incast = IncastDetector(self.config.incast)
-        self._ecmp = EcmpDetector(self.config.ecmp)
-        self._nic = NicCongestion()
+        self._detectors: dict[str, list[DeviceDetector]] = {"nic": [], "switch": []}
+        for spec in registry.device:
+            detector = spec.make(self.config)  # type: ignore[misc]
+            for kind in spec.device_kinds:
+                self._detectors[kind].append(detector)
         self._outliers = outliers
-        self._open_nics: set[str] = set()
-        """NICs with a streak open in a NIC detector: their every poll goes to the detectors."""
+        self._signals = {kind: registry.calm_signals(kind) for kind in self._detectors}
+        """Per device kind, the counters a poll must show for it to be worth detecting on."""
+        self._open: set[str] = set()
+        """Devices with a streak open in one of their detectors: their every poll goes to them."""
 
     def set_topology(self, topology: Topology) -> None:
         self.fabric = FabricMap(topology, self.config.default_link_gbps)
@@ -56,39 +60,26 @@ class Stage1:
         """``process`` of each snapshot in order, with the same results, at a fraction of the cost."""
         speeds = [self.fabric.speeds(s.device, s.ports) for s in snaps]
         frames = self.rates.update_batch(snaps, [known for _, known in speeds])
-        calm = _calm_nics(frames) if self._outliers is None else set()
+        calm = self._calm(frames) if self._outliers is None else set()
         out: list[tuple[RateFrame | None, list[Symptom]]] = []
         for i, (frame, (line, _)) in enumerate(zip(frames, speeds, strict=True)):
             if frame is None:
                 out.append((None, []))
-            elif i in calm and frame.device not in self._open_nics:  # open: as the loop left it
+            elif i in calm and frame.device not in self._open:  # open: as the loop left it
                 out.append((frame, []))
             else:
                 out.append((frame, self._detect(frame, line)))
         return out
 
     def _detect(self, frame: RateFrame, line: np.ndarray) -> list[Symptom]:
-        symptoms = self._pfc.update(frame, line)
-        if frame.device_kind == "switch":
-            symptoms += self._stalled.update(frame, line)
-            symptoms += self._incast.update(
-                frame,
-                line,
-                self.fabric.host_facing(frame.device, frame.ports),
-                lambda queues: self.fabric.ecn_curve(frame.device, frame.ports, queues),
-            )
-            symptoms += self._ecmp.update(frame, self.fabric.ecmp_groups(frame.device), line)
-        else:
-            symptoms += self._nic_pause.update(frame)
-            symptoms += self._nic.update(frame)
-            if (
-                self._pfc.open(frame.device)
-                or self._nic_pause.open(frame.device)
-                or self._nic.open(frame.device)
-            ):
-                self._open_nics.add(frame.device)
+        poll = Poll(frame, line, self.fabric)
+        detectors = self._detectors.get(frame.device_kind, [])
+        symptoms = [s for d in detectors for s in d.update(poll)]
+        if self._signals.get(frame.device_kind) is not None:
+            if any(d.open(frame.device) for d in detectors):
+                self._open.add(frame.device)
             else:
-                self._open_nics.discard(frame.device)
+                self._open.discard(frame.device)
         if self._outliers is not None:
             edge = (
                 self.fabric.host_facing(frame.device, frame.ports) if frame.device_kind == "switch" else None
@@ -100,18 +91,19 @@ class Stage1:
         """Symptoms the learned outlier detector held back for batch scoring; call once per tick."""
         return self._outliers.flush() if self._outliers is not None else []
 
-
-def _calm_nics(frames: Sequence[RateFrame | None]) -> set[int]:
-    """Which frames are NIC polls with none of the NIC detectors' signals above zero: checked per
-    layout in one numpy pass, not per frame."""
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i, frame in enumerate(frames):
-        if frame is not None and frame.device_kind == "nic":
-            groups.setdefault((id(frame.layout), frame.values.shape[0]), []).append(i)
-    calm: set[int] = set()
-    for members in groups.values():
-        layout = frames[members[0]].layout  # type: ignore[union-attr]
-        values = np.stack([frames[i].values for i in members])  # type: ignore[union-attr]
-        signals = values[:, :, layout.columns_of(_NIC_SIGNALS)]
-        calm.update(members[k] for k in np.flatnonzero(~(signals > 0).any(axis=(1, 2))))
-    return calm
+    def _calm(self, frames: Sequence[RateFrame | None]) -> set[int]:
+        """Which frames carry none of their device kind's declared signals above zero: checked per
+        layout in one numpy pass, not per frame."""
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i, frame in enumerate(frames):
+            if frame is not None and self._signals.get(frame.device_kind) is not None:
+                groups.setdefault((frame.device_kind, id(frame.layout), frame.values.shape[0]), []).append(i)
+        calm: set[int] = set()
+        for members in groups.values():
+            first = frames[members[0]]
+            assert first is not None
+            signals = self._signals[first.device_kind]
+            values = np.stack([frames[i].values for i in members])  # type: ignore[union-attr]
+            shown = values[:, :, first.layout.columns_of(signals)]
+            calm.update(members[k] for k in np.flatnonzero(~(shown > 0).any(axis=(1, 2))))
+        return calm

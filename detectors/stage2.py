@@ -10,14 +10,17 @@ from __future__ import annotations
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.incidents import Correlator
+from fabricwatch.detectors.registry import REGISTRY, Registry
 from fabricwatch.detectors.ticks import Ticker
 from fabricwatch.schemas.messages import Anomaly, PhaseMessage, Symptom, Topology
 
 
 class Stage2:
-    def __init__(self, config: DetectorConfig | None = None, tick_s: float = 0.02) -> None:
+    def __init__(
+        self, config: DetectorConfig | None = None, tick_s: float = 0.02, registry: Registry = REGISTRY
+    ) -> None:
         self.config = config or DetectorConfig()
-        self.correlator = Correlator(self.config.incidents)
+        self.correlator = Correlator(self.config.incidents, registry=registry)
         self.ticker = Ticker(tick_s)
 
     def set_topology(self, topology: Topology) -> None:

@@ -22,7 +22,6 @@ SCHEMA_VERSION = 1
 
 CounterKind = Literal["counter", "gauge", "watermark"]
 DeviceKind = Literal["nic", "switch"]
-AnomalyKind = Literal["pfc_storm", "incast", "ecmp_collapse", "outlier"]
 Severity = Literal["info", "warning", "critical"]
 Status = Literal["firing", "updated", "resolved"]
 Operation = Literal[
@@ -329,7 +328,10 @@ class Anomaly(msgspec.Struct, tag="anomaly", tag_field="type", omit_defaults=Tru
     """One incident's state; ``fingerprint`` stays the same from firing to resolved."""
 
     fingerprint: str
-    kind: AnomalyKind
+    kind: str
+    """An incident kind (``pfc_storm``, ``incast``, ...): data, declared by the detectors
+    (``detectors/registry.py``), so that a sink or alerter older than the detector that found it
+    stores and delivers it all the same."""
     severity: Severity
     status: Status
     start_ns: int
@@ -545,7 +547,8 @@ class RatesBatch(msgspec.Struct, tag="rates_batch", tag_field="type", omit_defau
 class Label(msgspec.Struct, tag="label", tag_field="type", omit_defaults=True):
     """Ground truth for a trace: a fault (or a benign look-alike, kind ``benign``) and its root."""
 
-    kind: Literal["pfc_storm", "incast", "ecmp_collapse", "outlier", "benign"]
+    kind: str
+    """An incident kind the detectors declare, or ``benign``."""
     start_ns: int
     end_ns: int
     root: RootCause

@@ -12,7 +12,8 @@ from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.replay import replay_trace
-from fabricwatch.schemas.messages import Anomaly, DecodeError, decode, decode_rates
+from fabricwatch.schemas.messages import Anomaly, DecodeError, Snapshot, Topology, decode, decode_rates
+from fabricwatch.schemas.trace import TraceReader
 from fabricwatch.storage.store import Store
 from fabricwatch.streams.epochs import LogEpochs
 from fabricwatch.streams.kafka_io import BrokerSettings
@@ -58,6 +59,20 @@ def trace(tmp_path: Path, duration: int) -> Path:
     path = tmp_path / "demo.trace.gz"
     simulate(load_scenario(SCENARIOS / "demo.yaml", {"duration": duration}), path)
     return path
+
+
+def topology_and_snapshots(path: Path) -> tuple[Topology, list[Snapshot]]:
+    """A trace's (last) topology and its snapshots in file order: stage 1's input."""
+    topology, snaps = None, []
+    with TraceReader(path) as reader:
+        for rec in reader:
+            msg = decode(rec.value())
+            if isinstance(msg, Topology):
+                topology = msg
+            elif isinstance(msg, Snapshot):
+                snaps.append(msg)
+    assert topology is not None
+    return topology, snaps
 
 
 def in_process(path: Path) -> list[Anomaly]:

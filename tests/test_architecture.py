@@ -33,7 +33,7 @@ MAY_IMPORT = {
     "fabricwatch.streams": {"fabricwatch.schemas", "fabricwatch.detectors"},
     "fabricwatch.storage": {"fabricwatch.schemas", "fabricwatch.detectors", "fabricwatch.streams"},
     "fabricwatch.alerts": {"fabricwatch.schemas", "fabricwatch.streams"},
-    "fabricwatch.dashboards": {"fabricwatch.schemas", "fabricwatch.storage"},
+    "fabricwatch.dashboards": {"fabricwatch.schemas", "fabricwatch.detectors", "fabricwatch.storage"},
     "fabricwatch.local": set(),
 }
 """Besides itself and the root's ``__version__``: the rooms below it in the data flow. The app may

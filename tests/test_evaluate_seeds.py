@@ -11,12 +11,12 @@ from fabricwatch.cli.main import main
 from fabricwatch.console import print_seeds
 from fabricwatch.detectors.evaluation import Counts
 from fabricwatch.evaluate import (
-    RULE_KINDS,
     LabelResult,
     ScenarioResult,
     SeedsReport,
     Thresholds,
     parse_seeds,
+    rule_kinds,
     score_suite,
 )
 
@@ -65,8 +65,8 @@ def _storm_run(seed: int, detected: bool) -> ScenarioResult:
 def test_one_failing_seed_fails_the_suite_and_is_named_worst():
     report = SeedsReport(
         {
-            1: score_suite([_storm_run(1, True)], RULE_KINDS, Thresholds()),
-            7: score_suite([_storm_run(7, False)], RULE_KINDS, Thresholds()),
+            1: score_suite([_storm_run(1, True)], rule_kinds(), Thresholds()),
+            7: score_suite([_storm_run(7, False)], rule_kinds(), Thresholds()),
         },
         Thresholds(),
         2.0,
@@ -89,8 +89,8 @@ def test_one_failing_seed_fails_the_suite_and_is_named_worst():
 def test_every_seed_passing_passes():
     report = SeedsReport(
         {
-            1: score_suite([_storm_run(1, True)], RULE_KINDS, Thresholds()),
-            2: score_suite([_storm_run(2, True)], RULE_KINDS, Thresholds()),
+            1: score_suite([_storm_run(1, True)], rule_kinds(), Thresholds()),
+            2: score_suite([_storm_run(2, True)], rule_kinds(), Thresholds()),
         },
         Thresholds(),
         2.0,

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from fabricwatch.cli.main import main
-from fabricwatch.detectors.config import OutlierConfig
 from fabricwatch.detectors.evaluation import incidents_of
 from fabricwatch.detectors.outliers import ModelError, OutlierDetector, OutlierModel
+from fabricwatch.detectors.outliers.config import OutlierConfig
 from fabricwatch.detectors.outliers.features import FEATURES
 from fabricwatch.detectors.outliers.forest import Forest
 from fabricwatch.detectors.pipeline import Pipeline

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from streaming import topology_and_snapshots
 
 from fabricwatch.detectors.stage1 import Stage1
 from fabricwatch.ingest.simulator.run import simulate
 from fabricwatch.ingest.simulator.scenario import load_scenario
-from fabricwatch.schemas.messages import Snapshot, Topology, decode
-from fabricwatch.schemas.trace import TraceReader
+from fabricwatch.schemas.messages import Snapshot, Topology
 
 SCENARIOS = Path(__file__).parents[1] / "scenarios" / "eval"
 
@@ -24,16 +24,7 @@ SCENARIOS = Path(__file__).parents[1] / "scenarios" / "eval"
 def messages(tmp_path: Path, name: str) -> tuple[Topology, list[Snapshot]]:
     trace = tmp_path / f"{name}.trace"
     simulate(load_scenario(SCENARIOS / f"{name}.yaml", {"duration": 40}), trace)
-    topology, snaps = None, []
-    with TraceReader(trace) as reader:
-        for rec in reader:
-            msg = decode(rec.value())
-            if isinstance(msg, Topology):
-                topology = msg
-            elif isinstance(msg, Snapshot):
-                snaps.append(msg)
-    assert topology is not None
-    return topology, snaps
+    return topology_and_snapshots(trace)
 
 
 def same(a, b) -> bool:

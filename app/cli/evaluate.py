@@ -57,10 +57,11 @@ def _seeds(text: str) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     from fabricwatch.detectors.pipeline import Pipeline
+    from fabricwatch.detectors.registry import REGISTRY
     from fabricwatch.evaluate import (
-        RULE_KINDS,
         ScenarioResult,
         pipeline_with_model,
+        rule_kinds,
         run_seeds,
         scenario_paths,
     )
@@ -81,9 +82,9 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
 
-    factory, kinds = Pipeline, RULE_KINDS
+    factory, kinds = Pipeline, rule_kinds()
     if args.model is not None:
-        factory, kinds = functools.partial(pipeline_with_model, args.model), RULE_KINDS | {"outlier"}
+        factory, kinds = functools.partial(pipeline_with_model, args.model), REGISTRY.kinds()
     report = run_seeds(paths, seeds, config, factory, kinds, workers=args.jobs, on_result=progress)
     suite = report.by_seed[seeds[0]] if args.seeds is None else report
     if args.json:

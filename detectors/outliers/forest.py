@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fabricwatch.detectors.config import OutlierConfig
+from fabricwatch.detectors.outliers.config import OutlierConfig
 from fabricwatch.detectors.outliers.features import FEATURES
 
 KIND_OF_CLASS = {"nic": "nic", "host_facing": "switch", "fabric": "switch"}

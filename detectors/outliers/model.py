@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fabricwatch.detectors.config import OutlierConfig
+from fabricwatch.detectors.outliers.config import OutlierConfig
 from fabricwatch.detectors.outliers.features import CLASSES, FEATURES
 from fabricwatch.detectors.outliers.forest import (
     KIND_OF_CLASS,

@@ -8,8 +8,8 @@ from typing import Protocol
 
 import numpy as np
 
-from fabricwatch.detectors.config import OutlierConfig
 from fabricwatch.detectors.evidence import evidence
+from fabricwatch.detectors.outliers.config import OutlierConfig
 from fabricwatch.detectors.outliers.features import (
     CLASSES,
     FEATURES,

@@ -1,0 +1,156 @@
+"""What a detector declares, once, in its own module; ``registry.py`` lists the declarations and
+everything else reads them: stage 1 (which detectors run on which device, and which polls they may
+skip), stage 2 (which symptom makes which incident, where it is rooted, what it says), the
+evaluation (which kinds are scored) and the report (names and colours).
+
+A detector is one or more of three shapes:
+
+* a **device detector** (stage 1): ``make(config)`` builds one object per stage 1 that is given
+  every poll of the devices of ``device_kinds`` (``update``) and returns symptoms;
+* a **symptom kind** it emits, which either makes (or joins) an incident of an ``IncidentKind`` and
+  is rooted by its ``root`` rule (stage 2), or is evidence only, read by other incidents;
+* an **incident kind**, with its title, colour, hint, description and latency promise.
+
+Kinds are data: ``Anomaly.kind`` is a string, so a sink or an alerter one release older stores and
+delivers a kind it has never heard of.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import msgspec
+import numpy as np
+
+from fabricwatch.detectors.fabric import FabricMap
+from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
+from fabricwatch.detectors.jobs import JobAttribution
+from fabricwatch.detectors.rates import RateFrame
+from fabricwatch.detectors.roots import Roots
+from fabricwatch.schemas.messages import RootCause, Symptom
+
+
+@dataclass(frozen=True)
+class Poll:
+    """One device's poll, as a device detector is given it."""
+
+    frame: RateFrame
+    line_Bps: np.ndarray
+    """Line rate per port in bytes/s (from the topology, or the default link speed)."""
+    fabric: FabricMap
+
+
+class DeviceDetector(Protocol):
+    def update(self, poll: Poll) -> list[Symptom]:
+        """Symptoms that started, changed or cleared in this poll."""
+        ...
+
+    def open(self, device: str) -> bool:
+        """Whether a streak of the device's is running or reported: its next poll matters even if
+        it carries none of the detector's signals."""
+        ...
+
+
+class Placement(Protocol):
+    """What stage 2 offers a root rule or a ripeness test while a tick groups the active symptoms
+    (``incidents.Placement``)."""
+
+    @property
+    def fabric(self) -> FabricMap: ...
+
+    @property
+    def roots(self) -> Roots: ...
+
+    explained: set[str]
+    """Devices of open incidents whose kind explains what else they show."""
+
+    def ports_with(self, kind: str) -> set[tuple[str, str]]:
+        """(device, port) of every active symptom of ``kind``."""
+        ...
+
+    def storm_root(self, key: SymptomKey, sym: Symptom) -> RootCause:
+        """The open storm a paused port belongs to (membership is sticky)."""
+        ...
+
+
+class Describer(Protocol):
+    """What a kind's ``describe`` is given (``describe.Describer``)."""
+
+    @property
+    def fabric(self) -> FabricMap: ...
+
+    @property
+    def roots(self) -> Roots: ...
+
+    jobs: JobAttribution
+
+
+RootRule = Callable[[Placement, SymptomKey, Symptom], RootCause | None]
+"""Where a symptom's incident is rooted (its identity); None leaves the symptom out this tick."""
+
+Describe = Callable[[Describer, Incident, Group, Symptom, set[SymptomKey]], None]
+"""Fills in an incident's severity, hosts, jobs, evidence and summary from its group, its latest
+symptom and the keys of every active symptom."""
+
+DelayBound = Callable[[float, Any, str], float | None]
+"""``(poll_s, detector config, label severity)`` -> the latest a fault of the kind may be found,
+in seconds after it began (None: no promise)."""
+
+Ripe = Callable[[Placement, Group], bool]
+"""Whether a new incident may fire now; one that is not waits one poll of its group, at most."""
+
+
+@dataclass(frozen=True)
+class SymptomKind:
+    name: str
+    incident: str | None = None
+    """The incident kind this symptom makes or joins; None: evidence for other incidents only."""
+    root: RootRule | None = None
+
+
+@dataclass(frozen=True)
+class IncidentKind:
+    name: str
+    title: str
+    colour: str
+    """A matplotlib colour name, for the report."""
+    hint: str
+    """What to do, unless the description sets one of its own."""
+    describe: Describe
+    carried: tuple[str, ...] = ()
+    """Evidence that is the incident's over its life, not its latest symptom's: kept from update
+    to update (a peak, a sticky finding)."""
+    needs_model: bool = False
+    """Found only with a learned model loaded: not scored by the evaluation otherwise."""
+    delay_bound_s: DelayBound | None = None
+    delay: str = ""
+    """The bound in words, for the evaluation's printout (``detection_time_s + 1 poll``)."""
+    ripe: Ripe | None = None
+    """None: fires as soon as its symptoms are grouped."""
+    reported_root: Callable[[Placement, Group], RootCause] | None = None
+    """The root reported once its symptoms are grouped, where it is not the identity the root rule
+    gave (an incast is identified by its receiving host, reported at its first rail's leaf port)."""
+    freezes_traffic: bool = False
+    """While it is open, other incidents on its devices do not resolve: their silence is its doing."""
+    explains_devices: bool = True
+    """A learned outlier on a device of such an incident is part of it, not an incident of its own."""
+
+
+@dataclass(frozen=True)
+class Detector:
+    name: str
+    symptoms: tuple[SymptomKind, ...] = ()
+    incidents: tuple[IncidentKind, ...] = ()
+    device_kinds: frozenset[str] = frozenset()
+    """Devices whose polls ``make``'s detector is given (``nic``, ``switch``)."""
+    make: Callable[[Any], DeviceDetector] | None = None
+    """Builds the device detector from the whole detector config; None for a detector that runs
+    in stage 2 only, or whose object is given to stage 1 (the learned outliers)."""
+    signals: frozenset[str] | None = None
+    """Counters of which at least one must be above zero in a poll for the detector to say
+    anything about it while no streak of the device is open. Declared, a device kind all of whose
+    detectors declare theirs has its calm polls skipped by the batch path; None: every poll."""
+    config: tuple[str, type[msgspec.Struct]] | None = None
+    """Its section of the ``detectors:`` config: key and struct (defaults when absent)."""
