@@ -107,22 +107,18 @@ def run_consumer(
     from kafka.errors import KafkaError
     from kafka.structs import OffsetAndMetadata
 
+    give_up = GiveUpLog(config.give_up_log)  # a file it cannot write is refused before the broker is asked
     publisher = None
     if config.give_up_topic:
         from fabricwatch.streams.kafka_io import Publisher, ensure_topics
 
         ensure_topics(settings, [config.give_up_topic])
         publisher = Publisher(settings, linger_ms=0)
-    topic = config.give_up_topic
-
-    def publish(key: str, line: bytes) -> None:
-        if publisher is not None and topic:
-            publisher.send(topic, key, line)
+        topic = config.give_up_topic
+        give_up.publish = lambda key, line: publisher.send(topic, key, line)
 
     tracker = OffsetTracker()
-    service = AlertService(
-        config, wall=True, on_token_done=tracker.done, give_up=GiveUpLog(config.give_up_log, publish)
-    )
+    service = AlertService(config, wall=True, on_token_done=tracker.done, give_up=give_up)
     options = {
         "group_id": group_id,
         "enable_auto_commit": False,

@@ -29,6 +29,7 @@ import requests
 from fabricwatch.alerts.config import ReceiverConfig
 from fabricwatch.alerts.payload import Notification, encode_body
 from fabricwatch.alerts.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from fabricwatch.schemas.config import ConfigError
 from fabricwatch.streams.trouble import Trouble
 
 log = logging.getLogger("fabricwatch.alerts")
@@ -61,12 +62,29 @@ class DeliveryStats:
 
 class GiveUpLog:
     """Where given-up notifications go: a JSON-lines file and/or a callback (a Kafka topic), plus a
-    warning in the log. Each record has the receiver, group, idempotency key, why, and the body."""
+    warning in the log. Each record has the receiver, group, idempotency key, why, and the body.
+
+    A file that cannot be appended to is refused when the log is made (the alerter does not start
+    and says why); one that stops taking writes later (a full disk, a removed directory) costs only
+    its records: the failure is logged once and counted (``failures``), the notification is still
+    given up and counted, and delivery goes on."""
 
     def __init__(self, path: Path | None = None, publish: Callable[[str, bytes], None] | None = None) -> None:
         self.path = path
         self.publish = publish
+        self.failures = 0
         self._lock = threading.Lock()
+        self._said: set[str] = set()
+        if path is not None:
+            try:
+                with open(path, "ab"):
+                    pass
+            except OSError as exc:
+                raise ConfigError(
+                    f"alerts.give_up_log: {path}: cannot be appended to ({exc.strerror or exc}); give a "
+                    "path in a directory this user can write (the systemd unit's LogsDirectory= makes "
+                    "/var/log/fabricwatch)"
+                ) from None
 
     def record(self, outcome: Outcome, body: bytes) -> None:
         n = outcome.notification
@@ -92,10 +110,22 @@ class GiveUpLog:
         line = json.dumps(record, separators=(",", ":")).encode()
         with self._lock:
             if self.path is not None:
-                with open(self.path, "ab") as f:
-                    f.write(line + b"\n")
+                try:
+                    with open(self.path, "ab") as f:
+                        f.write(line + b"\n")
+                except OSError as exc:
+                    self._failed(f"cannot append to {self.path}: {exc.strerror or exc}")
             if self.publish is not None:
-                self.publish(n.key, line)
+                try:
+                    self.publish(n.key, line)
+                except Exception as exc:  # a broker away: the record is lost, the delivery goes on
+                    self._failed(f"cannot publish: {exc}")
+
+    def _failed(self, why: str) -> None:
+        self.failures += 1
+        if why not in self._said:  # once per cause: a full disk must not flood the log
+            self._said.add(why)
+            log.error("give-up log: %s; given-up notifications are counted and logged here only", why)
 
 
 class ReceiverQueue:
@@ -173,7 +203,13 @@ class ReceiverQueue:
                         return
                     gk = self._ready.popleft()
                     n = self._groups[gk][0]
-                outcome = self._deliver(session, n)
+                try:
+                    outcome = self._deliver(session, n)
+                except Exception as exc:  # a bug costs this notification, not the receiver's worker
+                    log.exception("delivering notification %s failed", n.key)
+                    outcome = self._finish(
+                        n, b"{}", False, 0, None, f"internal error: {exc!r}", time.monotonic()
+                    )
                 if outcome is None:
                     return
                 if self.on_done is not None:

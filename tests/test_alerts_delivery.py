@@ -15,6 +15,7 @@ import pytest
 
 from fabricwatch.alerts.alerter import Alerter
 from fabricwatch.alerts.config import parse_alerts
+from fabricwatch.alerts.delivery import GiveUpLog
 from fabricwatch.alerts.receiver import WebhookReceiver
 from fabricwatch.alerts.service import AlertService
 from fabricwatch.schemas.messages import Anomaly, RootCause
@@ -302,3 +303,43 @@ def test_a_replay_waiting_on_an_unreachable_webhook_says_what_it_waits_for_and_h
     assert lines[0] == f"{waiting}; giving up in 3 s (give_up_after); Ctrl-C stops"
     assert "to be delivered (last error: ConnectionError" in lines[-1]  # and why it is not
     assert summary.getvalue().strip() == "alerts: 1 notifications, 0 delivered, 1 given up, 0 undelivered"
+
+
+def test_a_give_up_log_that_cannot_be_written_is_refused_at_start_in_one_line(tmp_path, capsys):
+    """The path docs/alerts.md shows, on a host where its directory does not exist: the alerter
+    says so and does not start (it used to start, then lose what it gave up)."""
+    from fabricwatch.cli.main import main
+
+    missing = tmp_path / "no-such-dir" / "alerts-giveup.jsonl"
+    config = tmp_path / "alerts.yaml"
+    config.write_text(
+        "alerts:\n  receivers: [{name: rx, url: 'http://127.0.0.1:9/hook'}]\n  route: {receiver: rx}\n"
+        f"  give_up_log: {missing}\n"
+    )
+    assert main(["alert", "--broker", "127.0.0.1:9", "--config", str(config)]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and "alerts.give_up_log" in said[0] and str(missing) in said[0], said
+    assert "No such file or directory" in said[0]
+
+
+def test_a_give_up_log_that_stops_taking_writes_loses_no_notification(tmp_path, caplog):
+    """Its directory removed while the alerter runs, the receiver down: every notification is still
+    given up and counted, the failure is said once, and the queue's workers live on."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    with WebhookReceiver(behaviour=lambda key, attempt: "500") as rx:
+        config = cfg(rx.url, max_attempts=2, backoff_initial="10ms", backoff_max="20ms")
+        service = AlertService(config, wall=False)
+        service.give_up = GiveUpLog(logs / "giveup.jsonl")
+        service.queues["rx"].give_up = service.give_up
+        shutil.rmtree(logs)
+        with caplog.at_level(logging.WARNING, logger="fabricwatch.alerts"):
+            feed(service)
+            assert service.drain(20)
+        stats = service.queues["rx"].stats
+        service.close()
+    expected = len(expected_notifications(config))
+    assert stats.submitted == expected and stats.given_up == expected and stats.delivered == 0
+    assert service.give_up.failures == expected
+    assert sum("give-up log: cannot append" in r.message for r in caplog.records) == 1
+    assert all(t.is_alive() is False for t in service.queues["rx"]._threads)  # stopped by close, not crashed
