@@ -7,7 +7,8 @@ from typing import TextIO
 
 from fabricwatch.detectors.evaluation import Evaluation, incidents_of
 from fabricwatch.detectors.registry import REGISTRY
-from fabricwatch.evaluate import (
+from fabricwatch.schemas.messages import Anomaly
+from fabricwatch.suite_report import (
     GATING_RULE,
     TOTAL,
     Failure,
@@ -17,7 +18,6 @@ from fabricwatch.evaluate import (
     Thresholds,
     percentile,
 )
-from fabricwatch.schemas.messages import Anomaly
 
 _NS = 1e9
 

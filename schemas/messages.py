@@ -18,23 +18,40 @@ from typing import Annotated, Any, Literal
 import msgspec
 import numpy as np
 
-SCHEMA_VERSION = 1
+from fabricwatch.schemas.phases import CommGraph, Edge, Operation, Phase, PhaseMessage, phase_time
+from fabricwatch.schemas.topology import (
+    Device,
+    EcmpGroup,
+    Link,
+    NicAttachment,
+    QueueProfile,
+    Topology,
+    check_ecn_curve,
+)
+from fabricwatch.schemas.wire import SCHEMA_VERSION, check_stamp
+
+__all__ = [  # re-exported: every wire message is reachable from here, as decode() reads them all
+    "SCHEMA_VERSION",
+    "CommGraph",
+    "Device",
+    "EcmpGroup",
+    "Edge",
+    "Link",
+    "NicAttachment",
+    "Operation",
+    "Phase",
+    "PhaseMessage",
+    "QueueProfile",
+    "Topology",
+    "check_ecn_curve",
+    "phase_time",
+]
+
 
 CounterKind = Literal["counter", "gauge", "watermark"]
 DeviceKind = Literal["nic", "switch"]
 Severity = Literal["info", "warning", "critical"]
 Status = Literal["firing", "updated", "resolved"]
-Operation = Literal[
-    "AllReduce",
-    "AllGather",
-    "ReduceScatter",
-    "AllToAll",
-    "Send",
-    "Recv",
-    "SendRecv",
-    "Broadcast",
-    "Reduce",
-]
 
 
 class DecodeError(ValueError):
@@ -97,7 +114,7 @@ class Snapshot(msgspec.Struct, tag="snapshot", tag_field="type", omit_defaults=T
         if not isinstance(self.values, bytes):
             _check_matrix(self.ts_ns, self.ports, self.values, len(self.counters), "counters")
             return
-        _check_stamp(self.ts_ns)
+        check_stamp(self.ts_ns)
         size = len(self.ports) * len(self.counters)
         if len(self.values) != 8 * size:
             raise ValueError(
@@ -135,186 +152,6 @@ class Snapshot(msgspec.Struct, tag="snapshot", tag_field="type", omit_defaults=T
         raw, valid = self.matrix()
         unknown = [] if valid is None else np.flatnonzero(~valid).tolist()
         return msgspec.structs.replace(self, values=raw.astype("<u8").tobytes(), unknown=unknown)
-
-
-class Phase(msgspec.Struct, tag="phase", tag_field="type", omit_defaults=True):
-    """A collective of one job: who took part, how much, when (``end_ns`` is None while running)."""
-
-    job: str
-    comm: str
-    op: Operation
-    begin_ns: int
-    bytes: int = 0
-    hosts: list[str] = msgspec.field(default_factory=list)
-    rank_hosts: dict[int, str] = msgspec.field(default_factory=dict)
-    root_rank: int | None = None
-    end_ns: int | None = None
-    source: str = ""
-    step: int | None = None
-    """The training step it began in, where the job marks its steps (``fabricwatch.phases.step``)."""
-    v: int = SCHEMA_VERSION
-
-    def __post_init__(self) -> None:
-        if not self.hosts and not self.rank_hosts:
-            raise ValueError("a phase needs hosts or rank_hosts")
-        if self.end_ns is not None and self.end_ns < self.begin_ns:
-            raise ValueError("end_ns is before begin_ns")
-        if self.bytes < 0:
-            raise ValueError("bytes is negative")
-        _check_ranks(self.rank_hosts)
-
-    def participants(self) -> list[str]:
-        """Hosts taking part, from ``hosts`` or the rank map."""
-        return self.hosts or sorted(set(self.rank_hosts.values()))
-
-
-class Edge(msgspec.Struct, frozen=True, array_like=True):
-    """One connection of a communicator: rank ``src`` sends to rank ``dst`` on ``channel``, as the
-    end on the reporting host saw it (``side``), through its NIC ``nic`` when it leaves the host."""
-
-    src: int
-    dst: int
-    channel: int
-    conn: int = 0
-    side: Literal["send", "receive", ""] = ""
-    transport: str = "NET"
-    nic: str = ""
-
-
-class CommGraph(msgspec.Struct, tag="comm_graph", tag_field="type", omit_defaults=True):
-    """Who talks to whom in one communicator of a job, as one host's NCCL INIT lines say: its own
-    ranks (``rank_hosts``) and the connections they set up. Stage 2 joins the hosts' graphs of a
-    communicator, and its phases' rank maps, into host pairs; a graph sent twice, late or out of
-    order adds nothing twice (edges are a set)."""
-
-    job: str
-    comm: str
-    ts_ns: int
-    host: str
-    edges: list[Edge]
-    rank_hosts: dict[int, str] = msgspec.field(default_factory=dict)
-    nranks: int = 0
-    source: str = ""
-    v: int = SCHEMA_VERSION
-
-    def __post_init__(self) -> None:
-        _check_stamp(self.ts_ns)
-        _check_ranks(self.rank_hosts)
-        top = self.nranks or _RANK_LIMIT
-        for e in self.edges:
-            if not (0 <= e.src < top and 0 <= e.dst < top):
-                raise ValueError(f"edge {e.src} -> {e.dst} is outside ranks 0..{top - 1}")
-            if not (0 <= e.channel < _CHANNEL_LIMIT and 0 <= e.conn < _CHANNEL_LIMIT):
-                raise ValueError(
-                    f"edge {e.src} -> {e.dst}: channel {e.channel}/{e.conn} is not one NCCL numbers"
-                )
-
-
-_RANK_LIMIT = 1 << 32
-_CHANNEL_LIMIT = 1 << 16
-"""Ranks and channels as NCCL numbers them (and the store keeps them: UInt32, UInt16)."""
-
-
-def _check_ranks(rank_hosts: dict[int, str]) -> None:
-    for rank in rank_hosts:
-        if not 0 <= rank < _RANK_LIMIT:
-            raise ValueError(f"rank {rank} is not one NCCL numbers")
-
-
-PhaseMessage = Phase | CommGraph
-"""What ``fabric.phases`` carries."""
-
-
-def phase_time(msg: PhaseMessage) -> int:
-    """A message's time on ``fabric.phases``: a phase's first call, a graph's init."""
-    return msg.ts_ns if isinstance(msg, CommGraph) else msg.begin_ns
-
-
-class Device(msgspec.Struct, frozen=True, omit_defaults=True):
-    id: str
-    kind: Literal["host", "nic", "leaf", "spine"]
-    pod: str = ""
-    host: str = ""
-
-
-class Link(msgspec.Struct, frozen=True, omit_defaults=True):
-    a_device: str
-    a_port: str
-    b_device: str
-    b_port: str
-    speed_gbps: float = 400.0
-
-
-class EcmpGroup(msgspec.Struct, frozen=True, omit_defaults=True):
-    id: str
-    device: str
-    members: list[str]
-    toward: str = ""
-
-
-class NicAttachment(msgspec.Struct, frozen=True, omit_defaults=True):
-    host: str
-    nic: str
-    nic_port: str
-    leaf: str
-    leaf_port: str
-
-
-class QueueProfile(msgspec.Struct, frozen=True, omit_defaults=True):
-    """A switch's ECN marking curve (WRED) for its queues: no marks below ``ecn_kmin_bytes`` of
-    queue, a share rising linearly to ``ecn_pmax`` at ``ecn_kmax_bytes``. ``port`` empty: every port
-    of ``device``; ``queue`` unset: every queue of those ports. The most specific one applies."""
-
-    device: str
-    ecn_kmin_bytes: float
-    ecn_kmax_bytes: float
-    ecn_pmax: float | None = None
-    port: str = ""
-    queue: int | None = None
-
-    def __post_init__(self) -> None:
-        check_ecn_curve(self.ecn_kmin_bytes, self.ecn_kmax_bytes, self.ecn_pmax)
-
-
-def check_ecn_curve(kmin: float, kmax: float, pmax: float | None) -> None:
-    """Raise ValueError unless the thresholds make a WRED marking curve."""
-    if not 0 <= kmin < kmax:
-        raise ValueError("need 0 <= ecn_kmin_bytes < ecn_kmax_bytes")
-    if pmax is not None and not 0 < pmax <= 1:
-        raise ValueError("ecn_pmax must be in (0, 1]")
-
-
-class Topology(msgspec.Struct, tag="topology", tag_field="type", omit_defaults=True):
-    """The fabric as the detectors need it: who is wired to whom, and which ports hash together.
-
-    ``source`` says who reported it: empty for the whole fabric (a topology file), which replaces
-    what came before; ``host:NAME`` for what one host saw of its own cabling (LLDP), which is
-    merged into the whole (``detectors/topology.py``) and replaces only that host's earlier report.
-    """
-
-    ts_ns: int
-    devices: list[Device]
-    links: list[Link]
-    ecmp_groups: list[EcmpGroup] = msgspec.field(default_factory=list)
-    nics: list[NicAttachment] = msgspec.field(default_factory=list)
-    queue_profiles: list[QueueProfile] = msgspec.field(default_factory=list)
-    source: str = ""
-    v: int = SCHEMA_VERSION
-
-    def __post_init__(self) -> None:
-        known = {d.id for d in self.devices}
-        for i, profile in enumerate(self.queue_profiles):
-            if profile.device not in known:
-                raise ValueError(f"queue_profiles[{i}] names unknown device {profile.device!r}")
-        for i, link in enumerate(self.links):
-            for dev in (link.a_device, link.b_device):
-                if dev not in known:
-                    raise ValueError(f"links[{i}] names unknown device {dev!r}")
-        for i, group in enumerate(self.ecmp_groups):
-            if group.device not in known:
-                raise ValueError(f"ecmp_groups[{i}] names unknown device {group.device!r}")
-            if len(group.members) < 2:
-                raise ValueError(f"ecmp_groups[{i}] has fewer than two members")
 
 
 class RootCause(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -453,7 +290,7 @@ class PortRates(msgspec.Struct, tag="rates", tag_field="type", omit_defaults=Tru
                     f"values has {len(self.values)} bytes but {len(self.ports)} ports x "
                     f"{len(self.columns)} columns of float64 take {want}"
                 )
-            _check_stamp(self.ts_ns)
+            check_stamp(self.ts_ns)
         else:
             _check_matrix(self.ts_ns, self.ports, self.values, len(self.columns), "columns")
 
@@ -518,7 +355,7 @@ class RatesBatch(msgspec.Struct, tag="rates_batch", tag_field="type", omit_defau
                 f"{len(self.columns)} columns of float64 take {want}"
             )
         for ts_ns in self.ts_ns:
-            _check_stamp(ts_ns)
+            check_stamp(ts_ns)
 
     def matrix(self) -> np.ndarray:
         """Every device's rows, stacked: a read-only view of the message's bytes."""
@@ -564,14 +401,9 @@ class Label(msgspec.Struct, tag="label", tag_field="type", omit_defaults=True):
             raise ValueError("end_ns is before start_ns")
 
 
-def _check_stamp(ts_ns: int) -> None:
-    if ts_ns <= 0:
-        raise ValueError("ts_ns must be a positive integer of nanoseconds since the epoch")
-
-
 def _check_matrix(ts_ns: int, ports: list[str], values: list[list], ncols: int, cols: str) -> None:
     """A ports x columns matrix message (snapshot, rates) is whole and stamped, or it is refused."""
-    _check_stamp(ts_ns)
+    check_stamp(ts_ns)
     if len(values) != len(ports):
         raise ValueError(f"values has {len(values)} rows but there are {len(ports)} ports")
     for i, row in enumerate(values):

@@ -10,15 +10,8 @@ import pytest
 from fabricwatch.cli.main import main
 from fabricwatch.console import print_seeds
 from fabricwatch.detectors.evaluation import Counts
-from fabricwatch.evaluate import (
-    LabelResult,
-    ScenarioResult,
-    SeedsReport,
-    Thresholds,
-    parse_seeds,
-    rule_kinds,
-    score_suite,
-)
+from fabricwatch.evaluate import parse_seeds, rule_kinds
+from fabricwatch.suite_report import LabelResult, ScenarioResult, SeedsReport, Thresholds, score_suite
 
 
 @pytest.mark.parametrize(

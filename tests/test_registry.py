@@ -21,11 +21,12 @@ from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.detectors.registry import REGISTRY, Registry, RegistryError
 from fabricwatch.detectors.spec import Detector, IncidentKind, Poll, SymptomKind
 from fabricwatch.detectors.stage1 import Stage1
-from fabricwatch.evaluate import Thresholds, rule_kinds
+from fabricwatch.evaluate import rule_kinds
 from fabricwatch.replay import replay_trace
 from fabricwatch.schemas.messages import Anomaly, RootCause, Snapshot, Symptom, Topology, decode, encode
 from fabricwatch.storage.sink import Sink
 from fabricwatch.storage.store import Store
+from fabricwatch.suite_report import Thresholds
 
 
 class Busy:

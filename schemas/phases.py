@@ -1,0 +1,115 @@
+"""What ``fabric.phases`` carries: a job's collectives (``Phase``) and its communicators' graphs
+(``CommGraph``), validated on decode like every wire message (``messages.py``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from fabricwatch.schemas.wire import SCHEMA_VERSION, check_stamp
+
+Operation = Literal[
+    "AllReduce",
+    "AllGather",
+    "ReduceScatter",
+    "AllToAll",
+    "Send",
+    "Recv",
+    "SendRecv",
+    "Broadcast",
+    "Reduce",
+]
+
+
+class Phase(msgspec.Struct, tag="phase", tag_field="type", omit_defaults=True):
+    """A collective of one job: who took part, how much, when (``end_ns`` is None while running)."""
+
+    job: str
+    comm: str
+    op: Operation
+    begin_ns: int
+    bytes: int = 0
+    hosts: list[str] = msgspec.field(default_factory=list)
+    rank_hosts: dict[int, str] = msgspec.field(default_factory=dict)
+    root_rank: int | None = None
+    end_ns: int | None = None
+    source: str = ""
+    step: int | None = None
+    """The training step it began in, where the job marks its steps (``fabricwatch.phases.step``)."""
+    v: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if not self.hosts and not self.rank_hosts:
+            raise ValueError("a phase needs hosts or rank_hosts")
+        if self.end_ns is not None and self.end_ns < self.begin_ns:
+            raise ValueError("end_ns is before begin_ns")
+        if self.bytes < 0:
+            raise ValueError("bytes is negative")
+        _check_ranks(self.rank_hosts)
+
+    def participants(self) -> list[str]:
+        """Hosts taking part, from ``hosts`` or the rank map."""
+        return self.hosts or sorted(set(self.rank_hosts.values()))
+
+
+class Edge(msgspec.Struct, frozen=True, array_like=True):
+    """One connection of a communicator: rank ``src`` sends to rank ``dst`` on ``channel``, as the
+    end on the reporting host saw it (``side``), through its NIC ``nic`` when it leaves the host."""
+
+    src: int
+    dst: int
+    channel: int
+    conn: int = 0
+    side: Literal["send", "receive", ""] = ""
+    transport: str = "NET"
+    nic: str = ""
+
+
+class CommGraph(msgspec.Struct, tag="comm_graph", tag_field="type", omit_defaults=True):
+    """Who talks to whom in one communicator of a job, as one host's NCCL INIT lines say: its own
+    ranks (``rank_hosts``) and the connections they set up. Stage 2 joins the hosts' graphs of a
+    communicator, and its phases' rank maps, into host pairs; a graph sent twice, late or out of
+    order adds nothing twice (edges are a set)."""
+
+    job: str
+    comm: str
+    ts_ns: int
+    host: str
+    edges: list[Edge]
+    rank_hosts: dict[int, str] = msgspec.field(default_factory=dict)
+    nranks: int = 0
+    source: str = ""
+    v: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        check_stamp(self.ts_ns)
+        _check_ranks(self.rank_hosts)
+        top = self.nranks or _RANK_LIMIT
+        for e in self.edges:
+            if not (0 <= e.src < top and 0 <= e.dst < top):
+                raise ValueError(f"edge {e.src} -> {e.dst} is outside ranks 0..{top - 1}")
+            if not (0 <= e.channel < _CHANNEL_LIMIT and 0 <= e.conn < _CHANNEL_LIMIT):
+                raise ValueError(
+                    f"edge {e.src} -> {e.dst}: channel {e.channel}/{e.conn} is not one NCCL numbers"
+                )
+
+
+_RANK_LIMIT = 1 << 32
+_CHANNEL_LIMIT = 1 << 16
+"""Ranks and channels as NCCL numbers them (and the store keeps them: UInt32, UInt16)."""
+
+
+def _check_ranks(rank_hosts: dict[int, str]) -> None:
+    for rank in rank_hosts:
+        if not 0 <= rank < _RANK_LIMIT:
+            raise ValueError(f"rank {rank} is not one NCCL numbers")
+
+
+PhaseMessage = Phase | CommGraph
+"""What ``fabric.phases`` carries."""
+
+
+def phase_time(msg: PhaseMessage) -> int:
+    """A message's time on ``fabric.phases``: a phase's first call, a graph's init."""
+    return msg.ts_ns if isinstance(msg, CommGraph) else msg.begin_ns
