@@ -215,3 +215,14 @@ def test_no_benchmark_or_module_of_ours_edits_sys_path():
         and node.value.id == "sys"
     ]
     assert not wrong, "sys.path used in: " + ", ".join(wrong)
+
+
+def test_no_source_file_is_over_600_lines():
+    """A module past 600 lines holds more than one thing: split it where the things part."""
+    files = [*_modules().values(), *(ROOT / "bench").glob("*.py")]
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in files
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600
+    }
+    assert not long, long
