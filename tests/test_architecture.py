@@ -226,3 +226,26 @@ def test_no_source_file_is_over_600_lines():
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600
     }
     assert not long, long
+
+
+def test_every_library_the_package_imports_is_declared():
+    """What arrives only through another package's dependencies can leave with its next release."""
+    import importlib.metadata
+    import re
+    import sys
+
+    declared = {
+        re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0].lower().replace("_", "-")
+        for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    }
+    distributions = importlib.metadata.packages_distributions()
+    missing = set()
+    for name, path in _modules().items():
+        for target in _imports(name, path):
+            top = target.split(".")[0]
+            if top in sys.stdlib_module_names or top in ("fabricwatch", "__future__"):
+                continue
+            owners = {d.lower().replace("_", "-") for d in distributions.get(top, [top])}
+            if not owners & declared:
+                missing.add(f"{top} ({', '.join(sorted(owners))}), imported by {path.relative_to(ROOT)}")
+    assert not missing, "imported but not in pyproject.toml's dependencies:\n" + "\n".join(sorted(missing))
