@@ -17,11 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("alert", help=HELP, description=DESCRIPTION)
     options.add_broker(p)
     options.add_config(p, required=True, section="alerts")
-    p.add_argument(
-        "--group-id",
-        default="fabricwatch-alerts",
-        help="consumer group, where the offsets live (default: fabricwatch-alerts)",
-    )
+    options.add_group_id(p, "fabricwatch-alerts")
 
 
 def run(args: argparse.Namespace) -> int:

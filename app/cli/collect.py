@@ -42,15 +42,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     collect_sonic.add_parser(sources)
     collect_gnmi.add_parser(sources)
-    p.add_argument("--out", type=Path, default=None, help="trace file to write (.gz to compress)")
+    options.add_out(p)
     options.add_broker(p, "Kafka bootstrap HOST:PORT to publish to")
     options.add_config(p, section="collect")
-    p.add_argument(
-        "--interval", type=float, default=None, help="seconds between polls, 0.1 to 10 (default: 1)"
-    )
-    p.add_argument(
-        "--count", type=int, default=None, help="stop after this many polls (default: until stopped)"
-    )
+    options.add_interval(p, "polls, 0.1 to 10")
+    options.add_count(p, "polls")
     p.add_argument(
         "--device", action="append", default=None, help="RDMA device, e.g. mlx5_0 (repeatable; default: all)"
     )
@@ -64,9 +60,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "(repeatable; default: from the driver)",
     )
     p.add_argument("--sysfs-root", type=Path, default=None, help="where sysfs is mounted (default: /sys)")
-    p.add_argument(
-        "--host", default=None, help="host name in device ids (or FABRICWATCH_HOST; default: this host's)"
-    )
+    options.add_host(p, "in device ids (or FABRICWATCH_HOST; default: this host's)")
     p.add_argument(
         "--ethtool",
         choices=("ioctl", "command", "none"),
@@ -83,26 +77,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "poll): the optional counters, and devices whose sysfs hw_counters a container cannot see "
         "(default: sysfs only)",
     )
-    p.add_argument(
-        "--lldp-interval",
-        type=float,
-        default=None,
-        help="seconds between reads of this host's cabling from LLDP (lldpd's lldpcli), published to "
-        "fabric.topology when it changed; 0 for none (default: 30 when publishing to a broker)",
-    )
+    options.add_lldp_interval(p, "this host's cabling from LLDP (lldpd's lldpcli)")
     p.add_argument(
         "--lldp-socket",
         default=None,
         help="lldpd's control socket, for a collector in a container (default: lldpcli's, /run/lldpd.socket)",
     )
-    p.add_argument("--web-bind", default=None, help="address of /metrics and /healthz (default: 127.0.0.1)")
-    p.add_argument(
-        "--web-port",
-        type=int,
-        default=None,
-        help="port of /metrics and /healthz, 0 for none (default: 6068 when publishing to a broker, "
-        "none when only writing a trace)",
-    )
+    options.add_web(p, "collect")
 
 
 def settings_of(args: argparse.Namespace, environ: dict[str, str] | None = None) -> CollectSettings:
@@ -161,7 +142,7 @@ def _run_host(args: argparse.Namespace) -> int:
             ethtool = stack.enter_context(EthtoolIoctl()).read
         outputs, publisher = outputs_of(args, cfg.interval_s, stack, [t.ib_dev for t in targets])
         metrics = CollectMetrics(stats, cfg.interval_s, outcomes(publisher) if publisher else None)
-        serve_metrics(stack, metrics, cfg.web_bind, cfg.web_port, 6068, publisher, _warn)
+        serve_metrics(stack, metrics, cfg.web_bind, cfg.web_port, "collect", publisher, _warn)
         lldp = _lldp(cfg, targets, publisher)
         for snap in poll(
             sysfs,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 from contextlib import ExitStack
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fabricwatch.cli import options
@@ -25,7 +24,7 @@ Ctrl-C sends what is open and stops."""
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("gnmi", help=HELP, description=DESCRIPTION)
     p.add_argument("--target", default=None, help="one switch's gNMI server, HOST:PORT")
-    p.add_argument("--name", default=None, help="that switch's name in the fabric (its device id)")
+    options.add_name(p)
     p.add_argument(
         "--path",
         action="append",
@@ -42,20 +41,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ca-file", default=None, help="CA certificate the target's is checked against")
     p.add_argument("--username", default=None, help="user name sent with the subscription")
     p.add_argument("--password-file", default=None, help="file holding the password")
-    p.add_argument("--out", type=Path, default=None, help="trace file to write (.gz to compress)")
+    options.add_out(p)
     options.add_broker(p, "Kafka bootstrap HOST:PORT to publish to")
     options.add_config(p, section="gnmi")
-    p.add_argument("--interval", type=float, default=None, help="SAMPLE interval in seconds (default: 1)")
-    p.add_argument(
-        "--count", type=int, default=None, help="stop after this many snapshots (default: until stopped)"
-    )
-    p.add_argument("--web-bind", default=None, help="address of /metrics and /healthz (default: 127.0.0.1)")
-    p.add_argument(
-        "--web-port",
-        type=int,
-        default=None,
-        help="port of /metrics and /healthz, 0 for none (default: 6070 when publishing)",
-    )
+    options.add_interval(p, "samples (gNMI SAMPLE interval)")
+    options.add_count(p, "snapshots")
+    options.add_web(p, "collect gnmi")
 
 
 def settings_of(args: argparse.Namespace) -> GnmiSettings:
@@ -111,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         outputs, publisher = outputs_of(args, cfg.interval_s, stack, [t.name for t in cfg.targets])
         metrics = CollectMetrics(stats, cfg.interval_s, outcomes(publisher) if publisher else None)
-        serve_metrics(stack, metrics, cfg.web_bind, cfg.web_port, 6070, publisher, _warn)
+        serve_metrics(stack, metrics, cfg.web_bind, cfg.web_port, "collect gnmi", publisher, _warn)
         problems = ProblemLog(stats, _warn)
         for points in stream_targets(cfg.targets, cfg.interval_s, stopping.event, problems):
             for snap in assembler.add(points) + assembler.due():

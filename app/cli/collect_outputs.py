@@ -45,15 +45,15 @@ def serve_metrics(
     metrics: CollectMetrics,
     bind: str,
     port: int | None,
-    publishing_port: int,
+    daemon: str,
     publisher: Publisher | None,
     warn: Callable[[str], None],
 ) -> None:
-    """``/metrics`` and ``/healthz`` on ``port``; by default on ``publishing_port`` when publishing
-    to a broker (a daemon) and nowhere when only writing a trace."""
+    """``/metrics`` and ``/healthz`` on ``port``; by default on the daemon's port of
+    ``options.WEB_PORTS`` when publishing to a broker (a daemon), nowhere when only writing a trace."""
     from fabricwatch.streams.metrics_server import MetricsServer
 
-    port = port if port is not None else (publishing_port if publisher else 0)
+    port = port if port is not None else (options.WEB_PORTS[daemon] if publisher else 0)
     if port:
         server = stack.enter_context(MetricsServer(metrics.registry, metrics.health, bind, port))
         warn(f"/metrics and /healthz on http://{bind}:{server.port}")

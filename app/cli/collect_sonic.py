@@ -7,7 +7,6 @@ import sys
 import threading
 from collections.abc import Callable
 from contextlib import ExitStack
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fabricwatch.cli import options
@@ -34,29 +33,19 @@ never as zero. A switch that is down costs only itself, reported once. SIGTERM o
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sonic", help=HELP, description=DESCRIPTION)
     p.add_argument("--redis", default=None, help="one switch's COUNTERS_DB, redis://HOST:PORT/2")
-    p.add_argument("--name", default=None, help="that switch's name in the fabric (its device id)")
-    p.add_argument("--out", type=Path, default=None, help="trace file to write (.gz to compress)")
+    options.add_name(p)
+    options.add_out(p)
     options.add_broker(p, "Kafka bootstrap HOST:PORT to publish to")
     options.add_config(p, section="sonic")
-    p.add_argument(
-        "--interval", type=float, default=None, help="seconds between polls, 0.05 to 60 (default: 1)"
-    )
+    options.add_interval(p, "polls, 0.05 to 60")
     p.add_argument(
         "--timeout",
         type=float,
         default=None,
         help="seconds a switch may take to answer (default: the interval)",
     )
-    p.add_argument(
-        "--count", type=int, default=None, help="stop after this many polls (default: until stopped)"
-    )
-    p.add_argument(
-        "--lldp-interval",
-        type=float,
-        default=None,
-        help="seconds between reads of the switches' LLDP neighbours (APPL_DB), published to "
-        "fabric.topology when they changed; 0 for none (default: 30 when publishing to a broker)",
-    )
+    options.add_count(p, "polls")
+    options.add_lldp_interval(p, "the switches' LLDP neighbours (APPL_DB)")
     p.add_argument(
         "--assigned",
         action="store_true",
@@ -68,13 +57,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="put the configured switches on the fabric.switches topic for --assigned replicas, and exit",
     )
-    p.add_argument("--web-bind", default=None, help="address of /metrics and /healthz (default: 127.0.0.1)")
-    p.add_argument(
-        "--web-port",
-        type=int,
-        default=None,
-        help="port of /metrics and /healthz, 0 for none (default: 6069 when publishing to a broker)",
-    )
+    options.add_web(p, "collect sonic")
 
 
 def settings_of(args: argparse.Namespace) -> SonicSettings:
@@ -125,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         published = outcomes(publisher) if publisher else None
         switch_stats: dict[str, SwitchStats] = {}
         metrics = CollectMetrics(stats, cfg.interval_s, published, switch_stats)
-        serve_metrics(stack, metrics, cfg.web_bind, cfg.web_port, 6069, publisher, _warn)
+        serve_metrics(stack, metrics, cfg.web_bind, cfg.web_port, "collect sonic", publisher, _warn)
         lldp = _lldp(cfg, publisher, stack)
 
         def poll(targets: list[SwitchTarget], stop: threading.Event) -> None:

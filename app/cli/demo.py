@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fabricwatch.cli import options
 from fabricwatch.cli.replay import replay
-from fabricwatch.cli.simulate import add_scenario, simulate_to
+from fabricwatch.cli.simulate import simulate_to
 from fabricwatch.storage.store import DEFAULT_DATA_DIR
 
 HELP = "simulate the demo scenario and replay it (no broker, no server)"
@@ -19,7 +19,7 @@ pipeline in one process, storing rates and anomalies in the embedded ClickHouse 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help=HELP, description=DESCRIPTION)
-    add_scenario(p)
+    options.add_scenario(p)
     options.add_detection(p)
     options.add_store(p, DEFAULT_DATA_DIR, can_skip=True)
     p.set_defaults(alerts=None)

@@ -26,9 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     options.add_config(p)
     options.add_model(p)
     seeds = p.add_mutually_exclusive_group()
-    seeds.add_argument(
-        "--seed", type=int, default=None, help="seed of every scenario (default: each one's own)"
-    )
+    options.add_seed(seeds, "each scenario's own")
     seeds.add_argument(
         "--seeds",
         type=_seeds,
@@ -37,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="run the suite under each of these seeds (1-5, 1,3,7) and pass only if every seed passes; "
         "prints each kind's mean and worst seed",
     )
-    p.add_argument("--json", action="store_true", help="print the report as one JSON document")
+    options.add_json(p, "the report, one document,")
     p.add_argument(
         "--jobs",
         type=int,

@@ -1,4 +1,6 @@
-"""Options shared by several subcommands, each defined once, with one meaning per name.
+"""Options shared by several subcommands, each defined once here, with one meaning per name (pip's
+``cmdoptions`` is the model). A definer may word its help for the command (which section of the
+config file it reads, what its output is), never change what the option does.
 
 - ``--config FILE``: the config file (``detectors:``, ``broker:``, ``alerts:`` sections; see
   ``fabricwatch.schemas.config``).
@@ -6,6 +8,16 @@
   section; default ``--config``'s file), overridden by ``FABRICWATCH_*`` variables.
 - ``--data-dir DIR`` / ``--clickhouse URL``: the ClickHouse store (chdb directory, or a server).
 - ``--model FILE`` / ``--train-minutes M``: the learned outlier detector.
+- ``--out``: where the command writes what it makes (a trace, a report, a model).
+- ``--json``: print the command's output as JSON instead of text.
+- ``--speed X``: the pace against recorded (or real) time: 1 is real time, N is N times faster,
+  0 as fast as possible.
+- ``--seed N``, ``--interval S``, ``--count N``, ``--host NAME``, ``--lldp-interval S``,
+  ``--group-id G``, ``--web-bind ADDR`` / ``--web-port N`` (one port table, ``WEB_PORTS``).
+
+Every action made here carries the name of its definer (``definition``): ``tests/test_options.py``
+walks every parser and fails on an option name defined outside this module in two commands, or by
+two definers.
 """
 
 from __future__ import annotations
@@ -24,27 +36,49 @@ if TYPE_CHECKING:
     from fabricwatch.streams.kafka_io import BrokerSettings
 
 
+WEB_PORTS = {
+    "worker": 6066,
+    "collect": 6068,
+    "collect sonic": 6069,
+    "collect gnmi": 6070,
+    "phases collect": 6071,
+}
+"""Each daemon's default port of /metrics and /healthz: one table, so that no two collide."""
+
+
+def _defined(definer: str, *actions: argparse.Action) -> None:
+    for action in actions:
+        action.definition = definer  # type: ignore[attr-defined]
+
+
 def default_scenario() -> Path:
     return Path(str(resources.files("fabricwatch.scenarios").joinpath("demo.yaml")))
 
 
 def add_config(p: argparse.ArgumentParser, required: bool = False, section: str = "detectors") -> None:
-    p.add_argument(
-        "--config",
-        type=Path,
-        required=required,
-        default=None,
-        help=f"config file (YAML) whose {section}: section to use (default: built-in defaults)",
+    default = "" if required else " (default: built-in defaults)"
+    _defined(
+        "config",
+        p.add_argument(
+            "--config",
+            type=Path,
+            required=required,
+            default=None,
+            help=f"config file (YAML) whose {section}: section to use{default}",
+        ),
     )
 
 
 def add_broker(p: argparse.ArgumentParser, what: str = "Kafka bootstrap HOST:PORT") -> None:
-    p.add_argument("--broker", default=None, help=f"{what} (or FABRICWATCH_BROKER)")
-    p.add_argument(
-        "--broker-config",
-        type=Path,
-        default=None,
-        help="config file whose broker: section (SASL/TLS) to use (default: --config's file)",
+    _defined(
+        "broker",
+        p.add_argument("--broker", default=None, help=f"{what} (or FABRICWATCH_BROKER)"),
+        p.add_argument(
+            "--broker-config",
+            type=Path,
+            default=None,
+            help="config file whose broker: section (SASL/TLS) to use (default: --config's file)",
+        ),
     )
 
 
@@ -63,17 +97,23 @@ def broker_settings(args: argparse.Namespace) -> BrokerSettings:
 
 def add_store(p: argparse.ArgumentParser, default_dir: Path | None, can_skip: bool = False) -> None:
     where = f"default: {default_dir}" if default_dir else "default: do not store"
-    p.add_argument(
-        "--data-dir", type=Path, default=default_dir, help=f"embedded ClickHouse (chdb) store ({where})"
-    )
-    p.add_argument(
-        "--clickhouse",
-        default=None,
-        metavar="URL",
-        help="a ClickHouse server instead: clickhouse://USER:PASSWORD@HOST:9000/DB",
+    _defined(
+        "store",
+        p.add_argument(
+            "--data-dir", type=Path, default=default_dir, help=f"embedded ClickHouse (chdb) store ({where})"
+        ),
+        p.add_argument(
+            "--clickhouse",
+            default=None,
+            metavar="URL",
+            help="a ClickHouse server instead: clickhouse://USER:PASSWORD@HOST:9000/DB",
+        ),
     )
     if can_skip:
-        p.add_argument("--no-store", action="store_true", help="do not store rates and anomalies")
+        _defined(
+            "store",
+            p.add_argument("--no-store", action="store_true", help="do not store rates and anomalies"),
+        )
 
 
 def store_target(args: argparse.Namespace) -> str | Path | None:
@@ -86,20 +126,181 @@ def store_target(args: argparse.Namespace) -> str | Path | None:
 def add_detection(p: argparse.ArgumentParser) -> None:
     """The options of commands that run detection in process (replay, demo)."""
     add_config(p)
-    p.add_argument("--json", action="store_true", help="print anomaly events as JSON lines instead")
-    p.add_argument("--quiet", action="store_true", help="print only the summary tables")
+    add_json(p, "anomaly events, one a line")
+    _defined(
+        "detection", p.add_argument("--quiet", action="store_true", help="print only the summary tables")
+    )
     add_model(p)
-    p.add_argument(
-        "--train-minutes",
-        type=float,
-        default=None,
-        help="learn outliers from the trace's first M minutes (instead of --model)",
+    _defined(
+        "model",
+        p.add_argument(
+            "--train-minutes",
+            type=float,
+            default=None,
+            help="learn outliers from the trace's first M minutes (instead of --model)",
+        ),
     )
 
 
 def add_model(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--model", type=Path, default=None, help="learned outlier model file (from fabricwatch train)"
+    _defined(
+        "model",
+        p.add_argument(
+            "--model", type=Path, default=None, help="learned outlier model file (from fabricwatch train)"
+        ),
+    )
+
+
+def add_out(
+    p: argparse.ArgumentParser, what: str = "trace file", required: bool = False, also: bool = False
+) -> None:
+    """Where the command writes what it makes; a trace file is gzipped when its name ends in .gz."""
+    gz = " (.gz to compress)" if what == "trace file" else ""
+    _defined(
+        "out",
+        p.add_argument(
+            "--out",
+            type=Path,
+            required=required,
+            default=None,
+            help=f"{what} to write{' as well' if also else ''}{gz}",
+        ),
+    )
+
+
+def add_json(p: argparse.ArgumentParser, what: str) -> None:
+    _defined(
+        "json", p.add_argument("--json", action="store_true", help=f"print {what} as JSON instead of text")
+    )
+
+
+def add_speed(p: argparse.ArgumentParser, default: float, applies: str = "") -> None:
+    _defined(
+        "speed",
+        p.add_argument(
+            "--speed",
+            type=float,
+            default=default,
+            help=f"{applies}pace: 1 = real time, N = N times faster, 0 = as fast as possible "
+            f"(default: {default:g})",
+        ),
+    )
+
+
+def add_scenario(p: argparse.ArgumentParser) -> None:
+    """The scenario a command simulates, and its seed."""
+    _defined(
+        "scenario",
+        p.add_argument("--scenario", type=Path, default=None, help="scenario YAML (default: the demo)"),
+    )
+    add_seed(p)
+
+
+def add_name(p: argparse.ArgumentParser) -> None:
+    """One switch named on the command line (instead of the config's list)."""
+    _defined(
+        "name",
+        p.add_argument("--name", default=None, help="that switch's name in the fabric (its device id)"),
+    )
+
+
+def add_phase_reading(p: argparse.ArgumentParser) -> None:
+    """How NCCL/RCCL log lines become phases, whether followed live or imported."""
+    _defined(
+        "phase-reading",
+        p.add_argument(
+            "--job",
+            default=None,
+            help="the job's name, as incidents will name it (default: the name of the directory each "
+            "log file is in, as with NCCL_DEBUG_FILE=/var/log/nccl/<job>/%%h.%%p.log)",
+        ),
+        p.add_argument(
+            "--gap", type=float, default=0.5, help="seconds without a call that end a phase (default: 0.5)"
+        ),
+    )
+
+
+def add_seed(p: argparse.ArgumentParser, whose: str = "the scenario's") -> None:
+    _defined(
+        "seed",
+        p.add_argument("--seed", type=int, default=None, help=f"seed of the simulation (default: {whose})"),
+    )
+
+
+def add_interval(
+    p: argparse.ArgumentParser, what: str, default: float | None = None, shown: str = "1"
+) -> None:
+    _defined(
+        "interval",
+        p.add_argument(
+            "--interval", type=float, default=default, help=f"seconds between {what} (default: {shown})"
+        ),
+    )
+
+
+def add_count(p: argparse.ArgumentParser, what: str) -> None:
+    _defined(
+        "count",
+        p.add_argument(
+            "--count", type=int, default=None, help=f"stop after this many {what} (default: until stopped)"
+        ),
+    )
+
+
+def add_host(p: argparse.ArgumentParser, what: str) -> None:
+    _defined("host", p.add_argument("--host", default=None, help=f"host name {what}"))
+
+
+def add_lldp_interval(p: argparse.ArgumentParser, what: str) -> None:
+    _defined(
+        "lldp-interval",
+        p.add_argument(
+            "--lldp-interval",
+            type=float,
+            default=None,
+            help=f"seconds between reads of {what}, published to fabric.topology when it changed; 0 for "
+            "none (default: 30 when publishing to a broker)",
+        ),
+    )
+
+
+def add_alerts(p: argparse.ArgumentParser) -> None:
+    _defined(
+        "alerts",
+        p.add_argument(
+            "--alerts", type=Path, default=None, help="config file whose alerts: section to deliver alerts by"
+        ),
+    )
+
+
+def add_group_id(p: argparse.ArgumentParser, default: str) -> None:
+    _defined(
+        "group-id",
+        p.add_argument(
+            "--group-id", default=default, help=f"consumer group, where the offsets live (default: {default})"
+        ),
+    )
+
+
+def add_web(
+    p: argparse.ArgumentParser, daemon: str, bind: str | None = None, only_publishing: bool = True
+) -> None:
+    """/metrics and /healthz (and a worker's /ready) on ``--web-bind``:``--web-port``; the port's
+    default is the daemon's in ``WEB_PORTS`` (a collector's only when it publishes to a broker)."""
+    port = WEB_PORTS[daemon]
+    when = ", 0 for none (default: {port} when publishing to a broker, none when only writing a trace)"
+    when = when.format(port=port) if only_publishing else f" (default: {port})"
+    _defined(
+        "web",
+        p.add_argument(
+            "--web-bind", default=bind, help="address of /metrics, /healthz and /ready (default: 127.0.0.1)"
+        ),
+        p.add_argument(
+            "--web-port",
+            type=int,
+            default=None if only_publishing else port,
+            help=f"port of /metrics, /healthz and /ready{when}",
+        ),
     )
 
 

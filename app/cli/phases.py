@@ -37,32 +37,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "publish each phase to fabric.phases, keyed by job, or write them to --out. A line without "
         "its own time is stamped as it is read. SIGTERM or Ctrl-C sends what is open and stops.",
     )
-    _common(c)
+    options.add_phase_reading(c)
     c.add_argument(
         "--log", action="append", required=True, help="log file or glob pattern, quoted (repeatable)"
     )
-    c.add_argument("--out", type=Path, default=None, help="trace file to write as well (.gz to compress)")
+    options.add_out(c, also=True)
     options.add_broker(c, "Kafka bootstrap HOST:PORT to publish to")
     options.add_config(c, section="broker")
-    c.add_argument(
-        "--interval", type=float, default=0.2, help="seconds between reads of the files (default: 0.2)"
-    )
+    options.add_interval(c, "reads of the files", default=0.2, shown="0.2")
     c.add_argument(
         "--from-start",
         action="store_true",
         help="read the files present at start from their beginning (default: from their end)",
     )
-    c.add_argument("--count", type=int, default=None, help="stop after this many reads (default: never)")
-    c.add_argument(
-        "--web-bind", default="127.0.0.1", help="address of /metrics and /healthz (default: 127.0.0.1)"
-    )
-    c.add_argument(
-        "--web-port",
-        type=int,
-        default=None,
-        help="port of /metrics and /healthz, 0 for none (default: 6071 when publishing to a broker, "
-        "none when only writing a trace)",
-    )
+    options.add_count(c, "reads")
+    options.add_web(c, "phases collect", bind="127.0.0.1")
     i = modes.add_parser(
         "import",
         help="read a finished job's NCCL/RCCL logs, Inspector output or PyTorch traces into a trace",
@@ -71,7 +60,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "NCCL_DEBUG_TIMESTAMP_LEVELS=INFO, NCCL 2.26 or later), the NCCL Inspector's JSON output, "
         "PyTorch profiler (Kineto) traces and Flight Recorder dumps in JSON.",
     )
-    _common(i)
+    options.add_phase_reading(i)
     i.add_argument(
         "files",
         nargs="+",
@@ -79,25 +68,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="NCCL/RCCL logs, NCCL Inspector JSON output, Kineto traces or Flight Recorder dumps "
         "(JSON), told apart by content",
     )
-    i.add_argument(
-        "--host", default=None, help="the host of Kineto traces and Flight Recorder dumps, which do not say"
-    )
-    i.add_argument("--out", type=Path, required=True, help="trace file to write (.gz to compress)")
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--job",
-        default=None,
-        help="the job's name, as incidents will name it (default: the name of the directory each "
-        "log file is in, as with NCCL_DEBUG_FILE=/var/log/nccl/<job>/%%h.%%p.log)",
-    )
-    p.add_argument(
-        "--gap",
-        type=float,
-        default=0.5,
-        help="seconds without a call that end a phase (default: 0.5)",
-    )
+    options.add_host(i, "of Kineto traces and Flight Recorder dumps, which do not say")
+    options.add_out(i, required=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -173,7 +145,15 @@ def _collect(args: argparse.Namespace, readers: JobReaders) -> int:
         tail = stack.enter_context(LogTail(args.log, args.from_start))
         published = outcomes(publisher) if publisher else None
         metrics = PhaseMetrics(tail.stats, readers.stats, lambda: readers.phases, args.interval, published)
-        serve_metrics(stack, metrics, args.web_bind, args.web_port, 6071, publisher, _warn)
+        serve_metrics(
+            stack,
+            metrics,
+            args.web_bind,
+            args.web_port,
+            "phases collect",
+            publisher,
+            _warn,
+        )
         reads = 0
         while not stopping.event.is_set() and (args.count is None or reads < args.count):
             began = time.monotonic()

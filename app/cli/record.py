@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from fabricwatch.cli import options
 
@@ -15,7 +14,7 @@ order kept) until no message came for --idle seconds."""
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("record", help=HELP, description=DESCRIPTION)
     options.add_broker(p)
-    p.add_argument("--out", type=Path, required=True, help="trace file to write (.gz to compress)")
+    options.add_out(p, required=True)
     p.add_argument(
         "--topic", action="append", default=None, help="topic to record (repeatable; default: all)"
     )

@@ -44,16 +44,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     options.add_detection(p)
     options.add_store(p, None)
-    p.add_argument(
-        "--alerts", type=Path, default=None, help="config file whose alerts: section to deliver alerts by"
-    )
+    options.add_alerts(p)
     options.add_broker(p, "publish the trace to this Kafka HOST:PORT instead of replaying it")
-    p.add_argument(
-        "--speed",
-        type=float,
-        default=0.0,
-        help="with --broker: 1 = the original pace, N = N times faster, 0 = as fast as possible (default: 0)",
-    )
+    options.add_speed(p, 0.0, "with --broker, the trace's ")
 
 
 def run(args: argparse.Namespace) -> int:

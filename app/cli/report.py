@@ -19,7 +19,7 @@ Grafana."""
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help=HELP, description=DESCRIPTION)
-    p.add_argument("--out", type=Path, required=True, help="directory for the PNGs and index.html")
+    options.add_out(p, "directory of the PNGs and index.html", required=True)
     options.add_store(p, DEFAULT_DATA_DIR)
     p.add_argument(
         "--start", default=None, help="ISO 8601 (UTC) or ns since the epoch (default: the first stored)"

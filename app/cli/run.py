@@ -27,7 +27,6 @@ from kafka import KafkaConsumer, TopicPartition
 
 from fabricwatch import console
 from fabricwatch.cli import options
-from fabricwatch.cli.simulate import add_scenario
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.local.broker import EmbeddedBroker
 from fabricwatch.local.workers import WorkerProcess
@@ -46,19 +45,14 @@ printed as the workers publish them, and the report of the run at the end."""
 def add_parser(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("run", help=HELP, description=DESCRIPTION)
     options.add_broker(r, "use this Kafka HOST:PORT instead of the embedded broker")
-    add_scenario(r)
+    options.add_scenario(r)
     r.add_argument(
         "--duration", type=float, default=None, help="simulated seconds (default: the scenario's duration)"
     )
     r.add_argument("--workers", type=int, default=1, help="worker processes (default: 1)")
-    r.add_argument(
-        "--speed",
-        type=float,
-        default=10.0,
-        help="simulated seconds per wall second, 1 = real time (default: 10)",
-    )
+    options.add_speed(r, 10.0, "the simulated fabric's ")
     options.add_config(r)
-    r.add_argument("--json", action="store_true", help="print anomaly events as JSON lines")
+    options.add_json(r, "anomaly events, one a line")
     options.add_store(r, DEFAULT_DATA_DIR, can_skip=True)
     r.add_argument(
         "--report",
@@ -66,9 +60,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=Path("fabricwatch-report"),
         help="directory of the report written at the end (default: fabricwatch-report)",
     )
-    r.add_argument(
-        "--alerts", type=Path, default=None, help="config file whose alerts: section to deliver alerts by"
-    )
+    options.add_alerts(r)
 
 
 def run(args: argparse.Namespace) -> int:

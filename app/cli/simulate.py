@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from fabricwatch.cli import options
 from fabricwatch.cli.options import default_scenario
 
 HELP = "simulate a fabric scenario into a trace file"
@@ -16,13 +17,8 @@ and their ground-truth labels, into a trace file. Deterministic for a seed."""
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("simulate", help=HELP, description=DESCRIPTION)
-    add_scenario(p)
-    p.add_argument("--out", type=Path, required=True, help="trace file to write (.gz to compress)")
-
-
-def add_scenario(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scenario", type=Path, default=None, help="scenario YAML (default: the demo)")
-    p.add_argument("--seed", type=int, default=None, help="seed of the simulation (default: the scenario's)")
+    options.add_scenario(p)
+    options.add_out(p, required=True)
 
 
 def run(args: argparse.Namespace) -> int:

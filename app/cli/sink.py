@@ -21,11 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     options.add_broker(p)
     options.add_config(p, section="broker")
     options.add_store(p, DEFAULT_DATA_DIR)
-    p.add_argument(
-        "--group-id",
-        default="fabricwatch-sink",
-        help="consumer group, where the offsets live (default: fabricwatch-sink)",
-    )
+    options.add_group_id(p, "fabricwatch-sink")
     p.add_argument(
         "--rebalance-timeout",
         type=float,

@@ -16,7 +16,7 @@ baseline traces; replay, demo, evaluate and worker take the model file with --mo
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help=HELP, description=DESCRIPTION)
     p.add_argument("traces", type=Path, nargs="+", metavar="TRACE", help="baseline trace files")
-    p.add_argument("--out", type=Path, required=True, help="model file to write")
+    options.add_out(p, "model file", required=True)
     p.add_argument(
         "--minutes", type=float, default=None, help="only the first M minutes of each trace (default: all)"
     )

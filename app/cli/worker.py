@@ -21,12 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     options.add_broker(w)
     options.add_config(w)
     options.add_model(w)
-    w.add_argument(
-        "--web-bind", default="127.0.0.1", help="address of /ready, /healthz, /metrics (default: 127.0.0.1)"
-    )
-    w.add_argument(
-        "--web-port", type=int, default=6066, help="port of /ready, /healthz, /metrics (default: 6066)"
-    )
+    options.add_web(w, "worker", bind="127.0.0.1", only_publishing=False)
     w.add_argument(
         "--state-dir", type=Path, default=None, help="Faust's state directory (default: a temporary one)"
     )
