@@ -14,6 +14,7 @@ column), so the schema, the sink and the dashboards' queries do not know which o
 
 from __future__ import annotations
 
+import fcntl
 import io
 import logging
 import threading
@@ -76,6 +77,25 @@ _chdb_lock = threading.Lock()
 _chdb_open: dict[str, int] = {}
 
 
+def _refuse_if_held(data_dir: Path) -> None:
+    """ClickHouse locks ``status`` in its data directory for as long as a server (a sink, ``run``)
+    has it open; chdb then fails with a bare ``Error initializing EmbeddedServer``. Ask the lock
+    first, so the error says what holds the store and what to do."""
+    status = data_dir / "status"
+    if not status.exists():
+        return
+    with status.open("rb") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StoreError(
+                f"the embedded store in {data_dir} is open in another process (a running sink or "
+                "`fabricwatch run`): stop it, or read the store through a ClickHouse server, or a copy "
+                "of the directory"
+            ) from None
+        fcntl.flock(f, fcntl.LOCK_UN)
+
+
 class ChdbBackend:
     """chdb persisted in ``data_dir``; the database is made current so plain table names work."""
 
@@ -96,6 +116,8 @@ class ChdbBackend:
                     f"close that store before opening {key}"
                 )
             self.data_dir.mkdir(parents=True, exist_ok=True)
+            if key not in _chdb_open:
+                _refuse_if_held(self.data_dir)
             try:
                 self._session = session.Session(key)
             except Exception as exc:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -124,3 +126,29 @@ def test_each_job_gets_its_timeline_and_a_job_with_a_graph_its_host_pairs(replay
     assert "job-moe_b-host-pairs.png" in names, "the simulated jobs' graphs, from their flows"
     index = (tmp_path / "index.html").read_text()
     assert 'src="job-gather-host-pairs.png"' in index
+
+
+@pytest.mark.integration  # a second process holds the store
+def test_a_store_another_process_holds_is_said_in_one_line_with_what_to_do(tmp_path, capsys):
+    """The sink (or ``run``) keeps its chdb directory locked while it runs; ``report`` on it said
+    ``Error initializing EmbeddedServer: . (BAD_ARGUMENTS)`` under a traceback."""
+    data = tmp_path / "data"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from fabricwatch.storage.store import Store; s = Store.open({str(data)!r}); "
+            "print('open', flush=True); input()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        code = main(["report", "--data-dir", str(data), "--out", str(tmp_path / "report")])
+    finally:
+        holder.communicate("\n", timeout=60)
+    said = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert len(said) == 1 and "is open in another process" in said[0] and str(data) in said[0], said

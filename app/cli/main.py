@@ -95,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         if _is_broker_error(exc):
             print(f"fabricwatch {args.command}: {_broker_error(args, exc)}", file=sys.stderr)
             return 2
+        if _is_store_error(exc):
+            print(f"fabricwatch {args.command}: {exc}", file=sys.stderr)
+            return 1
         raise
 
 
@@ -108,6 +111,13 @@ def _broker_error(args: argparse.Namespace, exc: Exception) -> str:
     if "bootstrap" in text.lower() or "ECONNREFUSED" in text or "refused" in text.lower():
         hint = " (is it running and reachable? `fabricwatch broker` starts one on this machine)"
     return f"broker {where}: {text}{hint}"
+
+
+def _is_store_error(exc: Exception) -> bool:
+    """A store that cannot be opened or written (held by another process, a server away): its
+    message says which and what to do. Checked only when the storage was loaded at all."""
+    backends = sys.modules.get("fabricwatch.storage.backends")
+    return backends is not None and isinstance(exc, backends.StoreError)
 
 
 def _is_broker_error(exc: Exception) -> bool:
