@@ -17,7 +17,9 @@ from __future__ import annotations
 import fcntl
 import io
 import logging
+import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -204,8 +206,11 @@ class ServerAddress:
     database: str
 
     @classmethod
-    def parse(cls, url: str) -> ServerAddress:
-        """``clickhouse://user:password@host:9000/db`` (user, password, port and db optional)."""
+    def parse(cls, url: str, environ: Mapping[str, str] | None = None) -> ServerAddress:
+        """``clickhouse://user:password@host:9000/db`` (user, password, port and db optional). A URL
+        without a password takes ``FABRICWATCH_CLICKHOUSE_PASSWORD``'s, so that a daemon's password
+        stays out of its command line (``ps`` shows that to every user)."""
+        environ = os.environ if environ is None else environ
         u = urlparse(url)
         if u.scheme != "clickhouse" or not u.hostname:
             raise ValueError(
@@ -216,7 +221,8 @@ class ServerAddress:
         except ValueError:
             raise ValueError(f"{_redact(url)}: the port is not a number") from None
         db = u.path.strip("/") or "fabricwatch"
-        return cls(u.hostname, port, unquote(u.username or "default"), unquote(u.password or ""), db)
+        password = unquote(u.password or "") or environ.get("FABRICWATCH_CLICKHOUSE_PASSWORD", "")
+        return cls(u.hostname, port, unquote(u.username or "default"), password, db)
 
     def __repr__(self) -> str:
         return f"clickhouse://{self.user}@{self.host}:{self.port}/{self.database}"

@@ -7,6 +7,7 @@ import argparse
 import shlex
 from pathlib import Path
 
+import pytest
 import yaml
 
 from fabricwatch.cli import worker
@@ -68,7 +69,8 @@ def test_the_environment_file_names_only_variables_the_settings_read():
         for line in (DEPLOY / "systemd" / "fabricwatch.env").read_text().splitlines()
         if "=" in line and line.lstrip("# ").startswith("FABRICWATCH_")
     }
-    known = {"FABRICWATCH_CLICKHOUSE_URL"} | {
+    clickhouse = {"FABRICWATCH_CLICKHOUSE_URL", "FABRICWATCH_CLICKHOUSE_PASSWORD"}
+    known = clickhouse | {
         f"FABRICWATCH_{k}"
         for k in (
             "BROKER",
@@ -80,7 +82,7 @@ def test_the_environment_file_names_only_variables_the_settings_read():
         )
     }
     assert names and names <= known
-    env = {n: "x" for n in names if n not in {"FABRICWATCH_CLICKHOUSE_URL"}}
+    env = {n: "x" for n in names if n not in clickhouse}
     env.update(FABRICWATCH_SECURITY_PROTOCOL="SASL_SSL", FABRICWATCH_SASL_MECHANISM="PLAIN")
     assert load_broker_settings(None, env).bootstrap == "x"
 
@@ -185,3 +187,26 @@ def test_the_daemonset_follows_the_node_s_nccl_logs_read_only():
     assert ports["http-phases"] == args.web_port and args.web_bind == "$(POD_IP)"
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http-phases"}
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_the_sink_takes_its_clickhouse_from_the_environment_and_refuses_an_empty_url(monkeypatch, capsys):
+    """The shipped unit's ``--clickhouse ${FABRICWATCH_CLICKHOUSE_URL}`` became ``--clickhouse ""``
+    with the variable unset, which silently meant chdb in the current directory; and the URL, with
+    its password, showed in ``ps``."""
+    from fabricwatch.cli import options
+    from fabricwatch.cli.main import main, parser
+    from fabricwatch.storage.backends import ServerAddress
+
+    with pytest.raises(SystemExit) as exited:
+        main(["sink", "--broker", "127.0.0.1:9", "--clickhouse", ""])
+    assert exited.value.code == 2
+    assert "--clickhouse: empty" in capsys.readouterr().err
+    monkeypatch.setenv("FABRICWATCH_CLICKHOUSE_URL", "clickhouse://fabricwatch@ch.example:9000/fw")
+    monkeypatch.setenv("FABRICWATCH_CLICKHOUSE_PASSWORD", "s3cret")
+    args = parser().parse_args(["sink", "--broker", "127.0.0.1:9"])
+    target = options.store_target(args)
+    assert target == "clickhouse://fabricwatch@ch.example:9000/fw"
+    address = ServerAddress.parse(str(target))
+    assert (address.user, address.password, address.database) == ("fabricwatch", "s3cret", "fw")
+    assert "s3cret" not in repr(address)
+    assert ServerAddress.parse("clickhouse://u:given@h/db").password == "given"  # a URL's own wins

@@ -23,11 +23,13 @@ two definers.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import threading
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from fabricwatch.detectors.config import DetectorConfig, load_config
 
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
     from fabricwatch.detectors.outliers import OutlierDetector
     from fabricwatch.streams.kafka_io import BrokerSettings
 
+
+T = TypeVar("T")
 
 WEB_PORTS = {
     "worker": 6066,
@@ -100,13 +104,18 @@ def add_store(p: argparse.ArgumentParser, default_dir: Path | None, can_skip: bo
     _defined(
         "store",
         p.add_argument(
-            "--data-dir", type=Path, default=default_dir, help=f"embedded ClickHouse (chdb) store ({where})"
+            "--data-dir",
+            type=_given(Path),
+            default=default_dir,
+            help=f"embedded ClickHouse (chdb) store ({where})",
         ),
         p.add_argument(
             "--clickhouse",
-            default=None,
+            type=_given(str),
+            default=os.environ.get("FABRICWATCH_CLICKHOUSE_URL") or None,
             metavar="URL",
-            help="a ClickHouse server instead: clickhouse://USER:PASSWORD@HOST:9000/DB",
+            help="a ClickHouse server instead: clickhouse://USER@HOST:9000/DB (or "
+            "FABRICWATCH_CLICKHOUSE_URL; its password from FABRICWATCH_CLICKHOUSE_PASSWORD, not argv)",
         ),
     )
     if can_skip:
@@ -114,6 +123,18 @@ def add_store(p: argparse.ArgumentParser, default_dir: Path | None, can_skip: bo
             "store",
             p.add_argument("--no-store", action="store_true", help="do not store rates and anomalies"),
         )
+
+
+def _given(kind: Callable[[str], T]) -> Callable[[str], T]:
+    """An option's value that must not be empty: ``--clickhouse ""`` (an unset variable in a unit
+    file) silently meant the default store in the current directory."""
+
+    def parse(text: str) -> T:
+        if not text.strip():
+            raise argparse.ArgumentTypeError("empty (an unset environment variable in the command line?)")
+        return kind(text)
+
+    return parse
 
 
 def store_target(args: argparse.Namespace) -> str | Path | None:
