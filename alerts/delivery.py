@@ -114,17 +114,17 @@ class GiveUpLog:
                     with open(self.path, "ab") as f:
                         f.write(line + b"\n")
                 except OSError as exc:
-                    self._failed(f"cannot append to {self.path}: {exc.strerror or exc}")
+                    self._failed("append", f"cannot append to {self.path}: {exc.strerror or exc}")
             if self.publish is not None:
                 try:
                     self.publish(n.key, line)
                 except Exception as exc:  # a broker away: the record is lost, the delivery goes on
-                    self._failed(f"cannot publish: {exc}")
+                    self._failed("publish", f"cannot publish: {exc}")
 
-    def _failed(self, why: str) -> None:
+    def _failed(self, where: str, why: str) -> None:
         self.failures += 1
-        if why not in self._said:  # once per cause: a full disk must not flood the log
-            self._said.add(why)
+        if where not in self._said:  # once per way out: a full disk must not flood the log
+            self._said.add(where)
             log.error("give-up log: %s; given-up notifications are counted and logged here only", why)
 
 

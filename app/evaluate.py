@@ -128,7 +128,9 @@ def run_seeds(
             on_result(result)
     n = len(scenarios)
     by_seed = {
-        seed: score_suite(results[i * n : (i + 1) * n], enabled_kinds or rule_kinds(), thresholds)
+        seed: score_suite(
+            results[i * n : (i + 1) * n], rule_kinds() if enabled_kinds is None else enabled_kinds, thresholds
+        )
         for i, seed in enumerate(seeds)
     }
     wall_s = time.perf_counter() - started
@@ -302,7 +304,7 @@ def _probe(inc: Incident) -> Anomaly:
     """A one-event stand-in for an incident, so ``evaluate`` can judge that incident alone."""
     return Anomaly(
         fingerprint=inc.fingerprint,
-        kind=inc.kind,  # type: ignore[arg-type]
+        kind=inc.kind,
         severity="warning",
         status="firing",
         start_ns=inc.start_ns,

@@ -1,8 +1,9 @@
 """What polling a SONiC switch costs: collector CPU and wall time per poll of a 64-port switch with
 8 queues and 8 priority groups per port, out of a real redis-server on loopback.
 
-The switch's COUNTERS_DB and CONFIG_DB are filled as syncd does (``tests/sonic_switch.py``), with
-every flex counter group at 100 ms, and advanced between polls. Two ways of reading the same
+The switch's COUNTERS_DB and CONFIG_DB are filled as syncd does (``ingest.simulator.sonic_db``, in
+the ``redis-server`` that ``local.redis_server`` starts), with every flex counter group at 100 ms,
+and advanced between polls. Two ways of reading the same
 objects, same run: the collector (one pipelined round trip of HMGETs of the mapped fields, matrix
 filled by precomputed positions) and, as the baseline, one HGETALL per object hash, each its own
 round trip, parsed through the COUNTERS_DB dump parser into the same snapshot. CPU is this

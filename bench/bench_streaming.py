@@ -251,7 +251,7 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-
+    """Backlog, bare consumer, end to end, latency: in one broker, in this order."""
     with tempfile.TemporaryDirectory() as tmp_dir, EmbeddedBroker() as broker:
         tmp = Path(tmp_dir)
         settings = BrokerSettings(bootstrap=broker.bootstrap)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.jobs import JobAttribution
+from fabricwatch.detectors.registry import Registry
 from fabricwatch.detectors.roots import Roots
-from fabricwatch.detectors.spec import IncidentKind
 
 
 class Describer:
@@ -17,10 +15,10 @@ class Describer:
     its declaration's ``describe`` (``spec.IncidentKind``), given this object for the fabric, the
     roots and the jobs."""
 
-    def __init__(self, roots: Roots, jobs: JobAttribution, kinds: Mapping[str, IncidentKind]) -> None:
+    def __init__(self, roots: Roots, jobs: JobAttribution, registry: Registry) -> None:
         self.roots = roots
         self.jobs = jobs
-        self.kinds = kinds
+        self.registry = registry
 
     @property
     def fabric(self) -> FabricMap:
@@ -32,7 +30,7 @@ class Describer:
         incident.root = group.root
         incident.devices |= {s.device for s in members}
         latest = max(members, key=lambda s: s.ts_ns)
-        kind = self.kinds[incident.kind]
+        kind = self.registry.incidents[incident.kind]
         carried = {k: incident.evidence[k] for k in kind.carried if k in incident.evidence}
         incident.evidence = dict(latest.evidence) | carried
         kind.describe(self, incident, group, latest, active)

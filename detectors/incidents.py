@@ -46,7 +46,8 @@ class Placement:
 
     correlator: Correlator
     explained: set[str]
-    _ports: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+    _ports: dict[str, set[tuple[str, str]]] = field(default_factory=dict, init=False)
+    _devices: dict[str, set[str]] = field(default_factory=dict, init=False)
 
     @property
     def fabric(self) -> FabricMap:
@@ -61,6 +62,13 @@ class Placement:
         found = self._ports.get(kind)
         if found is None:
             found = self._ports[kind] = {(k[1], k[2]) for k in self.correlator.active_keys() if k[0] == kind}
+        return found
+
+    def devices_with(self, kind: str) -> set[str]:
+        """The devices of ``ports_with(kind)``, gathered once per tick."""
+        found = self._devices.get(kind)
+        if found is None:
+            found = self._devices[kind] = {d for d, _ in self.ports_with(kind)}
         return found
 
     def storm_root(self, key: SymptomKey, sym: Symptom) -> RootCause:
@@ -82,7 +90,7 @@ class Correlator:
         self.registry = registry
         self.roots = Roots(fabric or FabricMap(None))
         self.jobs = JobAttribution()
-        self.describer = Describer(self.roots, self.jobs, registry.incidents)
+        self.describer = Describer(self.roots, self.jobs, registry)
         self._active: dict[SymptomKey, Seen] = {}
         self._incidents: dict[str, Incident] = {}
         self._storm_roots: dict[SymptomKey, RootCause] = {}
@@ -240,7 +248,7 @@ class Correlator:
         its own. A port re-homes only when its incident's root turns out to be paused itself, or
         its root switch turns out to have a stalled egress port (the pauses began there)."""
         storming, pausing = placement.ports_with("pfc_storm"), placement.ports_with("pfc_pausing")
-        paused_devices = {d for d, _ in storming}
+        paused_devices = placement.devices_with("pfc_storm")
         root = self._storm_roots.get(key)
         stalled_there = root is not None and any(d == root.device and p != root.port for d, p in pausing)
         if root is None or root.device in paused_devices or stalled_there:

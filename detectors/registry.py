@@ -1,5 +1,9 @@
 """Every detector, declared once in its own module (``spec.py`` says what a declaration holds):
-adding a detector is its module and one line in ``DETECTORS``.
+adding a detector is its module and one line in ``DETECTORS``. Two pieces of stage 2 are still
+the correlator's own code rather than declarations, both older than the registry: a PFC storm's
+sticky pause-tree membership (``Correlator.storm_membership``) and the folding of retransmitting
+NICs into the lossy link's outlier incident (``_fold_retransmission_echoes``); a stage-2 join of
+a new detector (the loss and link health issue's) is the place to make them declarations.
 
 ``Registry`` checks the declarations as a whole when it is made (a symptom that joins an incident
 kind nobody declares, two kinds of one name, a device detector without its devices): a
@@ -38,8 +42,10 @@ class RegistryError(ValueError):
 
 class Registry:
     """The declarations in force. ``register`` adds one (a test's toy detector; ``added`` for the
-    length of a ``with``); everything that reads the registry reads it when it is built or asked,
-    so stages made after a registration run the new detector."""
+    length of a ``with``). Stage 1 builds its device detectors when it is made, so stages made
+    after a registration run the new detector; stage 2, the describer, the evaluation and the report
+    read the registry when they are asked. ``DetectorConfig`` is assembled from the shipped
+    detectors at import: a detector registered later gets its defaults, not a config section."""
 
     def __init__(self, detectors: Sequence[Detector]) -> None:
         self._index(tuple(detectors))

@@ -94,7 +94,7 @@ class Stage1:
     def _calm(self, frames: Sequence[RateFrame | None]) -> set[int]:
         """Which frames carry none of their device kind's declared signals above zero: checked per
         layout in one numpy pass, not per frame."""
-        groups: dict[tuple[int, int], list[int]] = {}
+        groups: dict[tuple[str, int, int], list[int]] = {}
         for i, frame in enumerate(frames):
             if frame is not None and self._signals.get(frame.device_kind) is not None:
                 groups.setdefault((frame.device_kind, id(frame.layout), frame.values.shape[0]), []).append(i)

@@ -82,7 +82,6 @@ class WorkerProcess:
         """Raise ``ChildExited`` with the worker's last lines if it is no longer running: whoever
         waits on a worker calls this in the wait, so that a dead one stops them with its reason."""
         if self.proc.poll() is not None:
-            self._log.flush()
             raise ChildExited(
                 f"the worker (port {self.port})", self.proc.returncode, last_lines(self.log_path)
             )

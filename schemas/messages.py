@@ -18,35 +18,22 @@ from typing import Annotated, Any, Literal
 import msgspec
 import numpy as np
 
-from fabricwatch.schemas.phases import CommGraph, Edge, Operation, Phase, PhaseMessage, phase_time
-from fabricwatch.schemas.topology import (
-    Device,
-    EcmpGroup,
-    Link,
-    NicAttachment,
-    QueueProfile,
-    Topology,
-    check_ecn_curve,
-)
-from fabricwatch.schemas.wire import SCHEMA_VERSION, check_stamp
-
-__all__ = [  # re-exported: every wire message is reachable from here, as decode() reads them all
-    "SCHEMA_VERSION",
-    "CommGraph",
-    "Device",
-    "EcmpGroup",
-    "Edge",
-    "Link",
-    "NicAttachment",
-    "Operation",
-    "Phase",
-    "PhaseMessage",
-    "QueueProfile",
-    "Topology",
-    "check_ecn_curve",
-    "phase_time",
-]
-
+# Re-exported (``X as X``): every wire message is reachable from here, as ``decode`` reads them all.
+from fabricwatch.schemas.phases import CommGraph as CommGraph
+from fabricwatch.schemas.phases import Edge as Edge
+from fabricwatch.schemas.phases import Operation as Operation
+from fabricwatch.schemas.phases import Phase as Phase
+from fabricwatch.schemas.phases import PhaseMessage as PhaseMessage
+from fabricwatch.schemas.phases import phase_time as phase_time
+from fabricwatch.schemas.topology import Device as Device
+from fabricwatch.schemas.topology import EcmpGroup as EcmpGroup
+from fabricwatch.schemas.topology import Link as Link
+from fabricwatch.schemas.topology import NicAttachment as NicAttachment
+from fabricwatch.schemas.topology import QueueProfile as QueueProfile
+from fabricwatch.schemas.topology import Topology as Topology
+from fabricwatch.schemas.topology import check_ecn_curve as check_ecn_curve
+from fabricwatch.schemas.wire import SCHEMA_VERSION as SCHEMA_VERSION
+from fabricwatch.schemas.wire import check_stamp
 
 CounterKind = Literal["counter", "gauge", "watermark"]
 DeviceKind = Literal["nic", "switch"]

@@ -123,6 +123,25 @@ def plain_install(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
     subprocess.run(
         [python, "-m", "pip", "install", "-q", "--no-deps", wheel], check=True, capture_output=True
     )
+    # The system site-packages hold the suite's -e install, whose import hook would supply any room
+    # the wheel lacks: every package must come from the venv's own copy, or the venv proves nothing.
+    where = subprocess.run(
+        [
+            python,
+            "-c",
+            "import pkgutil, sysconfig, fabricwatch\n"
+            "site = sysconfig.get_paths()['purelib']\n"
+            "for m in pkgutil.walk_packages(fabricwatch.__path__, 'fabricwatch.'):\n"
+            "    if m.ispkg:\n"
+            "        origin = __import__(m.name, fromlist=['_']).__file__\n"
+            "        print(m.name, origin.startswith(site))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
+    outside = [line for line in where if line.endswith(" False")]
+    assert len(where) > 10 and not outside, outside
     return python
 
 

@@ -558,3 +558,14 @@ def test_the_documented_config_parses(tmp_path):
         '{}/{severity="critical"}',
         '{}/{kind=~"incast|ecmp_collapse",job!=""}',
     ]
+
+
+def test_a_near_miss_of_a_kind_in_storm_inhibits_is_refused_and_a_newer_kind_is_kept():
+    route = {"receiver": "rx"}
+    rx = [{"name": "rx", "url": "http://127.0.0.1:9/hook"}]
+    with pytest.raises(
+        ConfigError, match=r"alerts.storm_inhibits: unknown kind 'incats' \(did you mean `incast`\?\)"
+    ):
+        parse_alerts({"receivers": rx, "route": route, "storm_inhibits": ["incats"]}, environ={})
+    newer = parse_alerts({"receivers": rx, "route": route, "storm_inhibits": ["link_flap"]}, environ={})
+    assert newer.storm_inhibits == {"link_flap"}  # a newer release's kind, not a typo of ours

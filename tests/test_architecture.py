@@ -32,7 +32,7 @@ MAY_IMPORT = {
     "fabricwatch.detectors": {"fabricwatch.schemas"},
     "fabricwatch.streams": {"fabricwatch.schemas", "fabricwatch.detectors"},
     "fabricwatch.storage": {"fabricwatch.schemas", "fabricwatch.detectors", "fabricwatch.streams"},
-    "fabricwatch.alerts": {"fabricwatch.schemas", "fabricwatch.streams"},
+    "fabricwatch.alerts": {"fabricwatch.schemas", "fabricwatch.detectors", "fabricwatch.streams"},
     "fabricwatch.dashboards": {"fabricwatch.schemas", "fabricwatch.detectors", "fabricwatch.storage"},
     "fabricwatch.local": set(),
 }
@@ -196,7 +196,6 @@ def test_no_folder_in_the_root_shadows_the_installed_package():
     installed top-level package in the clone's root would be imported instead of the installed one
     by whatever is started there, a partial package in which the other rooms cannot be found."""
     installed = {name.split(".")[0] for name in ROOMS}
-    assert installed == {"fabricwatch"}
     shadowing = [d.name for d in ROOT.iterdir() if d.is_dir() and d.name in installed]
     assert not shadowing, f"folders named like the installed package: {shadowing}"
 

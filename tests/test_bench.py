@@ -19,8 +19,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.integration  # a venv, brokers, workers, servers
-
 SMALLEST = {
     "bench_alerts.py": ["--seconds", "1", "--rate", "100"],
     "bench_clickhouse.py": ["--rows", "20000", "--batch", "10000", "--repeats", "1", "--backends", "chdb"],
@@ -48,6 +46,7 @@ def test_every_benchmark_has_its_smallest_size_here():
     assert scripts == set(SMALLEST)
 
 
+@pytest.mark.integration  # a venv, brokers, workers, servers
 @pytest.mark.parametrize("script", sorted(SMALLEST))
 def test_the_benchmark_runs_against_a_plain_install_from_the_repository_root(script, plain_install):
     if script in NEEDS and shutil.which(NEEDS[script]) is None:
@@ -64,6 +63,7 @@ def test_the_benchmark_runs_against_a_plain_install_from_the_repository_root(scr
     assert lines, done.stdout[-2000:]
 
 
+@pytest.mark.integration  # a broker and a worker
 def test_a_worker_that_exits_at_start_stops_the_streaming_benchmark_with_its_reason(tmp_path):
     config = tmp_path / "site.yaml"
     config.write_text("detectors:\n  incast:\n    ecn_kmin_byte: 1\n")
@@ -85,6 +85,7 @@ def test_a_worker_that_exits_at_start_stops_the_streaming_benchmark_with_its_rea
     assert "site.yaml: detectors.incast.ecn_kmin_byte: unknown key" in said[0]
 
 
+@pytest.mark.integration  # a child process
 def test_a_child_that_exits_without_answering_stops_its_benchmark_at_once():
     """``bench/children.answer``, as bench_simulator and bench_alerts wait on their children."""
     script = (

@@ -210,3 +210,7 @@ def test_the_sink_takes_its_clickhouse_from_the_environment_and_refuses_an_empty
     assert (address.user, address.password, address.database) == ("fabricwatch", "s3cret", "fw")
     assert "s3cret" not in repr(address)
     assert ServerAddress.parse("clickhouse://u:given@h/db").password == "given"  # a URL's own wins
+    explicit = parser().parse_args(["sink", "--broker", "127.0.0.1:9", "--data-dir", "here"])
+    assert str(options.store_target(explicit)) == "here"  # an option given beats the environment
+    for command in (["report", "--out", "r"], ["replay", "t"], ["demo"], ["run"]):
+        assert not str(options.store_target(parser().parse_args(command))).startswith("clickhouse")

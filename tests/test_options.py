@@ -55,3 +55,15 @@ def test_a_required_config_does_not_claim_a_default():
     uses = dict(_uses()["--config"])
     assert uses["alert"].required and "default" not in uses["alert"].help
     assert "built-in defaults" in uses["replay"].help
+
+
+def test_only_the_options_module_tags_definitions():
+    """The tag is what the test above trusts: a command module that tagged its own action could
+    pass a second meaning off as the shared one."""
+    from pathlib import Path
+
+    cli = Path(options.__file__).parent
+    tagging = [
+        p.name for p in cli.glob("*.py") if p != Path(options.__file__) and "_defined(" in p.read_text()
+    ]
+    assert not tagging

@@ -28,7 +28,6 @@ from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import decode
 from fabricwatch.schemas.trace import TraceReader
 from fabricwatch.storage.consumer import StoreConsumer
-from fabricwatch.storage.sink import Sink
 from fabricwatch.storage.store import Store
 from fabricwatch.streams import stage1_agent
 from fabricwatch.streams.kafka_io import ensure_topics, log_ends
@@ -119,8 +118,7 @@ def test_workers_joining_and_leaving_beside_running_ones_crash_no_peer_and_lose_
     fabric streams in. Every join and every leave is a rebalance that takes partitions from the
     running workers, sometimes while stage 1's heartbeat waits for the broker (a peer died of that,
     twice in six such runs, before log_ends_aio answered only for partitions still assigned). No
-    peer may crash, the visitor must stop within its grace time, no incident may be lost, and
-    what arrives twice (a partition re-read by its new owner) is stored once."""
+    peer may crash, the visitor must stop within its grace time, and no incident may be lost."""
     path = trace(tmp_path, duration=110)
     expected = Reference(path)
     for w in workers:
@@ -143,16 +141,7 @@ def test_workers_joining_and_leaving_beside_running_ones_crash_no_peer_and_lose_
     for w in workers:
         w.check()
         assert "Crashed" not in w.log_path.read_text()
-    records = out.stop()
-    expected.assert_found(records)
-    events = [decode(r.value) for r in records]
-    with Store.open(str(tmp_path / "store")) as store:
-        with Sink(store) as sink:
-            for event in events:
-                sink.add(event)
-        distinct = {(a.fingerprint, a.status, a.ts_ns) for a in events}
-        assert sink.stats.duplicates_skipped == len(events) - len(distinct)
-        assert int(store.query("SELECT count() FROM anomaly_events")[0][0]) == len(distinct)
+    expected.assert_found(out.stop())
 
 
 def test_a_broker_restart_mid_stream_loses_no_anomaly_and_no_stored_row(

@@ -99,23 +99,30 @@ def broker_settings(args: argparse.Namespace) -> BrokerSettings:
     return settings
 
 
-def add_store(p: argparse.ArgumentParser, default_dir: Path | None, can_skip: bool = False) -> None:
+def add_store(
+    p: argparse.ArgumentParser, default_dir: Path | None, can_skip: bool = False, from_env: bool = False
+) -> None:
+    """``from_env`` (a daemon's): without either option, ``FABRICWATCH_CLICKHOUSE_URL``'s server,
+    else ``default_dir``; an option given always beats the environment."""
     where = f"default: {default_dir}" if default_dir else "default: do not store"
+    if from_env:
+        where = f"default: FABRICWATCH_CLICKHOUSE_URL's server if set, else {default_dir}"
+        p.set_defaults(store_from_env=default_dir)
     _defined(
         "store",
         p.add_argument(
             "--data-dir",
             type=_given(Path),
-            default=default_dir,
+            default=None if from_env else default_dir,
             help=f"embedded ClickHouse (chdb) store ({where})",
         ),
         p.add_argument(
             "--clickhouse",
             type=_given(str),
-            default=os.environ.get("FABRICWATCH_CLICKHOUSE_URL") or None,
+            default=None,
             metavar="URL",
-            help="a ClickHouse server instead: clickhouse://USER@HOST:9000/DB (or "
-            "FABRICWATCH_CLICKHOUSE_URL; its password from FABRICWATCH_CLICKHOUSE_PASSWORD, not argv)",
+            help="a ClickHouse server instead: clickhouse://USER@HOST:9000/DB (its password from "
+            "FABRICWATCH_CLICKHOUSE_PASSWORD: a command line is visible to every user)",
         ),
     )
     if can_skip:
@@ -141,7 +148,9 @@ def store_target(args: argparse.Namespace) -> str | Path | None:
     """The store the options name, or None when nothing is to be stored."""
     if getattr(args, "no_store", False):
         return None
-    return args.clickhouse or args.data_dir
+    if args.clickhouse or args.data_dir is not None or not hasattr(args, "store_from_env"):
+        return args.clickhouse or args.data_dir
+    return os.environ.get("FABRICWATCH_CLICKHOUSE_URL") or args.store_from_env
 
 
 def add_detection(p: argparse.ArgumentParser) -> None:
@@ -309,18 +318,17 @@ def add_web(
     """/metrics and /healthz (and a worker's /ready) on ``--web-bind``:``--web-port``; the port's
     default is the daemon's in ``WEB_PORTS`` (a collector's only when it publishes to a broker)."""
     port = WEB_PORTS[daemon]
+    endpoints = "/ready, /healthz and /metrics" if daemon == "worker" else "/metrics and /healthz"
     when = ", 0 for none (default: {port} when publishing to a broker, none when only writing a trace)"
     when = when.format(port=port) if only_publishing else f" (default: {port})"
     _defined(
         "web",
-        p.add_argument(
-            "--web-bind", default=bind, help="address of /metrics, /healthz and /ready (default: 127.0.0.1)"
-        ),
+        p.add_argument("--web-bind", default=bind, help=f"address of {endpoints} (default: 127.0.0.1)"),
         p.add_argument(
             "--web-port",
             type=int,
             default=None if only_publishing else port,
-            help=f"port of /metrics, /healthz and /ready{when}",
+            help=f"port of {endpoints}{when}",
         ),
     )
 

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TextIO
 
 from fabricwatch.cli import options
-from fabricwatch.cli.options import default_scenario
 
 HELP = "simulate a fabric scenario into a trace file"
 DESCRIPTION = """Simulate a leaf-spine fabric running training jobs, with the scenario's injected faults
@@ -29,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
 def simulate_to(scenario: Path | None, out_path: Path, seed: int | None, out: TextIO) -> None:
     from fabricwatch.ingest.simulator import load_scenario, simulate
 
-    stats = simulate(load_scenario(scenario or default_scenario()), out_path, seed=seed)
+    stats = simulate(load_scenario(scenario or options.default_scenario()), out_path, seed=seed)
     print(
         f"wrote {out_path}: {stats.records} records, {stats.snapshots} snapshots, {stats.values} counter "
         f"values, {stats.simulated_seconds:.0f} simulated s in {stats.wall_seconds:.1f} s",

@@ -20,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sink", help=HELP, description=DESCRIPTION)
     options.add_broker(p)
     options.add_config(p, section="broker")
-    options.add_store(p, DEFAULT_DATA_DIR)
+    options.add_store(p, DEFAULT_DATA_DIR, from_env=True)
     options.add_group_id(p, "fabricwatch-sink")
     p.add_argument(
         "--rebalance-timeout",

@@ -109,7 +109,7 @@ def _label(
     sc: Scenario, kind: str, start: float, end: float, root: RootCause, jobs: list[str], note: str
 ) -> Label:
     t0 = sc.start_ns
-    return Label(kind, t0 + round(start * NS), t0 + round(end * NS), root, jobs=jobs, note=note)  # type: ignore[arg-type]
+    return Label(kind, t0 + round(start * NS), t0 + round(end * NS), root, jobs=jobs, note=note)
 
 
 def _leaf_port_root(fabric: Fabric, host: str) -> RootCause:
