@@ -23,32 +23,33 @@ from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import StreakTable
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, SymptomKind
+from fabricwatch.schemas.config import AtLeastOne, Fraction, Positive
 from fabricwatch.schemas.messages import EcmpGroup, RootCause, Symptom
 
 
 class EcmpConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    window_polls: int = 1
-    max_over_mean: float = 1.5
-    min_hot_utilisation: float = 0.9
-    hold_max_over_mean: float = 1.25
-    hold_hot_utilisation: float = 0.7
-    persist_polls: int = 3
-    polarised_share: float = 0.8
+    window_polls: AtLeastOne = 1
+    max_over_mean: Positive = 1.5
+    min_hot_utilisation: Fraction = 0.9
+    hold_max_over_mean: Positive = 1.25
+    hold_hot_utilisation: Fraction = 0.7
+    persist_polls: AtLeastOne = 3
+    polarised_share: Fraction = 0.8
     """A group is polarised when its hottest ``polarised_members`` (at least one) carry this share
     of its traffic while the rest idle: a warning before it saturates."""
-    polarised_members: float = 0.125
+    polarised_members: Fraction = 0.125
     """"Few" members, as a share of the group's (one of eight: one of 4-15, two of 16-23, ...)."""
-    polarised_min_members: int = 4
+    polarised_min_members: AtLeastOne = 4
     """Smaller groups are left to the saturated test: two flows on one of two members is chance."""
-    polarised_hot_utilisation: float = 0.25
+    polarised_hot_utilisation: Fraction = 0.25
     """The hot member must carry real load: a trickle on one uplink is nothing to warn about."""
-    polarised_persist_s: float = 30.0
+    polarised_persist_s: Positive = 30.0
     """Long enough that it is no single flow's burst (seconds, at any poll interval)."""
-    saturated_polls: int = 2
+    saturated_polls: AtLeastOne = 2
     """Polls of a collapse's first ``persist_polls`` in which the hot member must be saturated: the
     hysteresis (``hold_*``) keeps a reported collapse, it must not make one of a single saturated
     poll (uneven hashing in a burst, at 100 ms polls, fired after 0.3 s)."""
-    clear_polls: int = 2
+    clear_polls: AtLeastOne = 2
     """Polls in a row without skew that end a reported collapse: one noisy reading of a saturated
     uplink (20% noise reads 1.0 as 0.8, under the 0.7 hold with a little more) must not end it and
     start it again a few seconds later as a second incident."""
@@ -56,6 +57,14 @@ class EcmpConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """Polls in a row a group's shares may be unknown (a member's rate missing, or the switch not
     refreshed yet) without breaking its streak or its report: an unknown poll is neither skewed
     nor healthy. Past it, the report is no longer refreshed (stage 2 lets it expire)."""
+
+    def __post_init__(self) -> None:
+        if not 1 < self.hold_max_over_mean <= self.max_over_mean:
+            raise ValueError("need 1 < hold_max_over_mean <= max_over_mean (the hold is the lower level)")
+        if self.hold_hot_utilisation > self.min_hot_utilisation:
+            raise ValueError("hold_hot_utilisation must not be above min_hot_utilisation")
+        if self.saturated_polls > self.persist_polls:
+            raise ValueError("saturated_polls must not be above persist_polls (they are of its polls)")
 
 
 @dataclass

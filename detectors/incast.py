@@ -43,26 +43,34 @@ from fabricwatch.detectors.jobs import MANY_TO_ONE
 from fabricwatch.detectors.persistence import StreakTable
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, SymptomKind
-from fabricwatch.schemas.messages import Phase, Symptom
+from fabricwatch.schemas.config import AtLeastOne, Fraction, Positive
+from fabricwatch.schemas.messages import Phase, Symptom, check_ecn_curve
 
 
 class IncastConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    ecn_kmin_bytes: float = 150_000.0
-    ecn_kmax_bytes: float = 1_500_000.0
-    band_fraction: float = 0.5
-    hold_band_fraction: float = 0.25
-    min_egress_utilisation: float = 0.7
-    full_poll_utilisation: float = 0.9
-    min_fan_in: int = 2
-    fan_in_port_fraction: float = 0.05
-    sustain_polls: int = 2
-    ecn_pmax: float = 0.2
+    ecn_kmin_bytes: Positive = 150_000.0
+    ecn_kmax_bytes: Positive = 1_500_000.0
+    band_fraction: Fraction = 0.5
+    hold_band_fraction: Fraction = 0.25
+    min_egress_utilisation: Fraction = 0.7
+    full_poll_utilisation: Fraction = 0.9
+    min_fan_in: AtLeastOne = 2
+    fan_in_port_fraction: Fraction = 0.05
+    sustain_polls: AtLeastOne = 2
+    ecn_pmax: Fraction = 0.2
     """WRED's marking probability at Kmax. Where a switch has no queue-depth gauge, a poll in which
     the port ran at line rate with its watermark deep and at least ``band_fraction * ecn_pmax *
     standing_marks`` of the queue's packets marked had its queue deep the whole poll: marks are the
     gauge-less switch's proof that the queue stood rather than peaked once."""
-    standing_marks: float = 0.8
+    standing_marks: Fraction = 0.8
     """Share of the marking a queue standing at the deep point would cause, allowing for noise."""
+
+    def __post_init__(self) -> None:
+        check_ecn_curve(self.ecn_kmin_bytes, self.ecn_kmax_bytes, self.ecn_pmax)
+        if self.hold_band_fraction > self.band_fraction:
+            raise ValueError(
+                "hold_band_fraction must not be above band_fraction (it is the lower, hold level)"
+            )
 
 
 class IncastDetector:

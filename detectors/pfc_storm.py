@@ -24,17 +24,18 @@ from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import StreakTable
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
+from fabricwatch.schemas.config import Fraction, Positive
 from fabricwatch.schemas.messages import RootCause, Symptom
 
 _US_PER_S = 1e6
 
 
 class PfcStormConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    detection_time_s: float = 0.2
-    restoration_time_s: float = 0.2
-    paused_fraction: float = 0.99
-    idle_tx_fraction: float = 0.01
-    stalled_queue_bytes: float = 150_000.0
+    detection_time_s: Positive = 0.2
+    restoration_time_s: Positive = 0.2
+    paused_fraction: Fraction = 0.99
+    idle_tx_fraction: Fraction = 0.01
+    stalled_queue_bytes: Positive = 150_000.0
     """A switch egress that stalled unpaused fills its queue to the PFC threshold; a few packets
     left on a barely used queue are not that (the default ECN Kmin: past where marking begins)."""
 

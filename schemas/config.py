@@ -14,11 +14,18 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 
 T = TypeVar("T")
+
+Positive = Annotated[float, msgspec.Meta(gt=0)]
+"""A setting that must be above zero (a time, a size, a ratio over one)."""
+Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
+"""A share of something: above 0, at most 1."""
+AtLeastOne = Annotated[int, msgspec.Meta(ge=1)]
+"""A count of polls, ports or partitions."""
 
 SECTIONS = ("detectors", "broker", "alerts", "collect", "sonic", "gnmi")
 """The top-level keys a config file may hold; a component that adds one registers it here."""

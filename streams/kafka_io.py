@@ -16,7 +16,7 @@ from typing import Any, Literal
 import msgspec
 
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.config import ConfigFile
+from fabricwatch.schemas.config import AtLeastOne, ConfigFile, Positive
 
 DEFAULT_PARTITIONS = {
     topics.COUNTERS: 12,
@@ -47,8 +47,8 @@ class BrokerSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     sasl_username: str | None = None
     sasl_password: str | None = None
     ssl_cafile: str | None = None
-    connect_timeout_s: float = 10.0
-    partitions: dict[str, int] = msgspec.field(default_factory=dict)
+    connect_timeout_s: Positive = 10.0
+    partitions: dict[str, AtLeastOne] = msgspec.field(default_factory=dict)
 
     def __repr__(self) -> str:
         return f"BrokerSettings(bootstrap={self.bootstrap!r}, security_protocol={self.security_protocol!r})"

@@ -87,3 +87,44 @@ def test_record_with_a_broken_broker_config_is_one_line_and_exit_2(tmp_path, cap
     err = capsys.readouterr().err
     assert rc == 2
     assert err.startswith("fabricwatch record: ") and "bad.yaml: line" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("section", "said"),
+    [
+        (
+            "detectors:\n  incast:\n    ecn_kmin_bytes: 2000000\n",
+            "detectors.incast: need 0 <= ecn_kmin_bytes < ecn_kmax_bytes",
+        ),
+        (
+            "detectors:\n  ecmp:\n    min_hot_utilisation: 1.5\n",
+            "detectors.ecmp.min_hot_utilisation: Expected `float` <= 1.0",
+        ),
+        (
+            "detectors:\n  ecmp:\n    hold_max_over_mean: 2\n",
+            "detectors.ecmp: need 1 < hold_max_over_mean <= max_over_mean (the hold is the lower level)",
+        ),
+        (
+            "detectors:\n  pfc_storm:\n    detection_time_s: 0\n",
+            "detectors.pfc_storm.detection_time_s: Expected `float` > 0.0",
+        ),
+        (
+            "detectors:\n  incast:\n    sustain_polls: 0\n",
+            "detectors.incast.sustain_polls: Expected `int` >= 1",
+        ),
+    ],
+)
+def test_settings_out_of_their_range_are_refused_naming_the_key(tmp_path, section, said):
+    """A Kmax below Kmin (or a share above one) made detectors that can never fire, accepted silently."""
+    path = tmp_path / "site.yaml"
+    path.write_text(section)
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    assert str(refused.value) == f"{path}: {said}"
+
+
+def test_a_topic_with_no_partitions_is_refused(tmp_path):
+    path = tmp_path / "site.yaml"
+    path.write_text("broker:\n  partitions: {fabric.counters: -3}\n")
+    with pytest.raises(ConfigError, match=r"broker.partitions\[...\]: Expected `int` >= 1"):
+        load_broker_settings(path)
