@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 HELP = "collective phases from NCCL/RCCL logs: follow them on a node, or import finished ones"
 DESCRIPTION = """Read the collective calls that NCCL or RCCL log with NCCL_DEBUG=INFO
-NCCL_DEBUG_SUBSYS=INIT,COLL (one file per rank: NCCL_DEBUG_FILE=/var/log/nccl/%h.%p.log) and turn
+NCCL_DEBUG_SUBSYS=INIT,COLL (a directory per job, a file per rank:
+NCCL_DEBUG_FILE=/var/log/nccl/<job>/%h.%p.log, which the shipped unit and DaemonSet follow) and turn
 each run of one collective on one communicator into one phase: job, collective, communicator,
 bytes, hosts and ranks, first and last call. `collect` follows the files as they are written
 (rotation and truncation included) and publishes to fabric.phases or writes a trace; `import`
