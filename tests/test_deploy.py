@@ -34,7 +34,7 @@ def test_the_systemd_unit_starts_a_worker_with_arguments_it_accepts():
     assert argv[0].endswith("/fabricwatch")
     args = worker_args(argv[1:])
     assert args.command == "worker"
-    assert args.web_port == 6072
+    assert args.web_port == 6082
     assert args.config == args.broker_config == Path("/etc/fabricwatch/fabricwatch.yaml")
 
 
@@ -214,3 +214,52 @@ def test_the_sink_takes_its_clickhouse_from_the_environment_and_refuses_an_empty
     assert str(options.store_target(explicit)) == "here"  # an option given beats the environment
     for command in (["report", "--out", "r"], ["replay", "t"], ["demo"], ["run"]):
         assert not str(options.store_target(parser().parse_args(command))).startswith("clickhouse")
+
+
+def test_the_example_config_is_accepted_by_every_daemon():
+    """deploy/fabricwatch.yaml, section by section, read as each daemon reads it."""
+    from fabricwatch.alerts.config import load_alerts_config
+    from fabricwatch.ingest.collect import CollectSettings
+    from fabricwatch.ingest.gnmi_subscribe import GnmiSettings
+    from fabricwatch.ingest.switch_poll import SonicSettings
+    from fabricwatch.schemas.config import ConfigFile
+
+    example = DEPLOY / "fabricwatch.yaml"
+    assert load_broker_settings(example, {}).security_protocol == "SASL_SSL"
+    assert load_config(example).incast.ecn_kmin_bytes == 150_000
+    alerts = load_alerts_config(example, {"FABRICWATCH_ALERTMANAGER_URL": "https://am.example/api/v2/alerts"})
+    assert list(alerts.receivers) == ["oncall"]
+    config = ConfigFile(example)
+    assert config.section("collect", CollectSettings).ethtool == "ioctl"
+    assert [s.name for s in config.section("sonic", SonicSettings).switches] == ["leaf01", "leaf02"]
+    assert [t.name for t in config.section("gnmi", GnmiSettings).targets] == ["spine01"]
+
+
+def test_the_image_the_manifests_name_is_built_by_the_dockerfile():
+    """No registry is reachable here, so the Dockerfile is checked as text: a Python 3.11 base, our
+    wheel built from this repository and installed, run as the manifests' user, the command as its
+    entry point; and every manifest names the tag docs/deploy.md builds, at the package's version."""
+    import tomllib
+
+    root = DEPLOY.parent
+    version = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+    image = f"ghcr.io/fabricwatch/fabricwatch:{version}"
+    lines = [line.strip() for line in (root / "Dockerfile").read_text().splitlines() if line.strip()]
+    steps = [line for line in lines if not line.startswith("#")]
+    assert all(s.split()[1].startswith("python:3.11") for s in steps if s.startswith("FROM"))
+    assert any(s.startswith("RUN pip wheel") and s.endswith(" .") for s in steps)
+    assert any(s.startswith("RUN pip install") and ".whl" in s for s in steps)
+    assert 'ENTRYPOINT ["fabricwatch"]' in steps
+    user = next(s.split()[1] for s in steps if s.startswith("USER "))
+    for manifest in (DEPLOY / "kubernetes").glob("*.yaml"):
+        for doc in yaml.safe_load_all(manifest.read_text()):
+            spec = (doc or {}).get("spec", {})
+            pod = spec.get("template", {}).get("spec") or spec.get("jobTemplate", {}).get("spec", {}).get(
+                "template", {}
+            ).get("spec")
+            if not pod:
+                continue
+            assert str(pod["securityContext"]["runAsUser"]) == user, manifest.name
+            for container in pod["containers"]:
+                assert container["image"] == image, (manifest.name, container["name"])
+    assert f"docker build -t {image} ." in (root / "docs" / "deploy.md").read_text()
