@@ -1,6 +1,8 @@
 """The phase collector's self-metrics and health, for ``/metrics`` and ``/healthz``, as the other
 daemons have them: counts read from its tail's, reader's and publisher's stats at scrape time, the
-time one read of the log files took as a histogram. Healthy means a read finished recently."""
+time one read of the log files took as a histogram. Healthy means a read finished recently and
+the patterns matched a file within the last minute: a collector that follows nothing (logs written
+where the unit does not look) reads "successfully" forever, and an empty panel is all anyone sees."""
 
 from __future__ import annotations
 
@@ -11,6 +13,10 @@ from typing import Any
 from fabricwatch.collector_metrics import POLL_BUCKETS_S, Liveness
 from fabricwatch.ingest.log_tail import TailStats
 from fabricwatch.ingest.nccl_phases import ReadStats
+
+NOTHING_FOLLOWED_S = 60.0
+"""How long the patterns may match no file before the collector says so and is unhealthy (a job's
+first log appears when it starts, so a node between jobs follows nothing for a while)."""
 
 
 class PhaseMetrics:
@@ -36,11 +42,32 @@ class PhaseMetrics:
         )
         self.registry.register(_Counts(tail, reader, phases, published))
         self._liveness = Liveness("read of the logs", interval_s, clock)
-        self.health = self._liveness.health
+        self._tail, self._clock = tail, clock
+        self._empty_since: float | None = clock()
+        self._said = False
 
-    def observe_read(self, seconds: float) -> None:
+    def observe_read(self, seconds: float) -> str | None:
+        """Count a finished read; return, once per stretch, what to tell the operator when the
+        patterns have matched no file for ``NOTHING_FOLLOWED_S``."""
         self._read_seconds.observe(seconds)
         self._liveness.done()
+        if self._tail.files:
+            self._empty_since, self._said = None, False
+            return None
+        now = self._clock()
+        self._empty_since = now if self._empty_since is None else self._empty_since
+        if self._said or now - self._empty_since < NOTHING_FOLLOWED_S:
+            return None
+        self._said = True
+        return f"following no file for {now - self._empty_since:.0f} s: nothing matches the --log patterns"
+
+    def health(self) -> tuple[bool, str]:
+        ok, said = self._liveness.health()
+        if ok and self._empty_since is not None:
+            empty_s = self._clock() - self._empty_since
+            if empty_s >= NOTHING_FOLLOWED_S:
+                return False, f"following no file for {empty_s:.0f} s: nothing matches the --log patterns"
+        return ok, said
 
 
 class _Counts:

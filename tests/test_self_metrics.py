@@ -12,6 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fabricwatch.collector_metrics import CollectMetrics
 from fabricwatch.ingest.collect import CollectStats
+from fabricwatch.ingest.log_tail import TailStats
+from fabricwatch.ingest.nccl_phases import ReadStats
+from fabricwatch.phase_metrics import PhaseMetrics
 from fabricwatch.streams.health import Progress
 from fabricwatch.streams.metrics_server import MetricsServer
 
@@ -65,3 +68,22 @@ def test_the_collector_serves_its_metrics_and_says_when_polls_stopped():
             urllib.request.urlopen(f"{base}/healthz", timeout=5)
         assert unhealthy.value.code == 503
         assert "no poll finished for 10 s" in json.load(unhealthy.value)["detail"]
+
+
+def test_the_phase_collector_says_once_and_on_healthz_that_it_follows_nothing():
+    """Logs written where the unit does not look: each read succeeds on no file, forever. After a
+    minute the collector says so once and /healthz turns unhealthy, until a file appears."""
+    now = [100.0]
+    tail = TailStats()
+    metrics = PhaseMetrics(tail, ReadStats(), lambda: 0, 0.2, clock=lambda: now[0])
+    said = []
+    for _ in range(400):  # 80 s of reads at 0.2 s
+        now[0] += 0.2
+        said.append(metrics.observe_read(0.001))
+    words = [s for s in said if s]
+    assert len(words) == 1 and words[0].startswith("following no file for 60 s")
+    assert metrics.health() == (False, "following no file for 80 s: nothing matches the --log patterns")
+    tail.files = 1  # a job started and logs there
+    now[0] += 0.2
+    assert metrics.observe_read(0.001) is None
+    assert metrics.health()[0] is True

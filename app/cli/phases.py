@@ -165,7 +165,9 @@ def _collect(args: argparse.Namespace, readers: JobReaders) -> int:
                 for put in outputs:
                     put(ph)
             reads += 1
-            metrics.observe_read(time.monotonic() - began)
+            idle = metrics.observe_read(time.monotonic() - began)
+            if idle:
+                _warn(f"{idle} ({', '.join(args.log)}; NCCL_DEBUG_FILE must write there)")
             stopping.event.wait(args.interval)
         for ph in readers.close_all():
             for put in outputs:
