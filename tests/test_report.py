@@ -16,6 +16,7 @@ from test_comm_graph import stored_gather
 
 from fabricwatch.cli.main import main
 from fabricwatch.dashboards.report import write_report
+from fabricwatch.local.processes import fabricwatch_command
 from fabricwatch.storage.queries import host_pairs, parse_time
 from fabricwatch.storage.sink import Sink
 
@@ -129,9 +130,10 @@ def test_each_job_gets_its_timeline_and_a_job_with_a_graph_its_host_pairs(replay
 
 
 @pytest.mark.integration  # a second process holds the store
-def test_a_store_another_process_holds_is_said_in_one_line_with_what_to_do(tmp_path, capsys):
+def test_a_store_another_process_holds_is_said_in_one_line_with_what_to_do(tmp_path):
     """The sink (or ``run``) keeps its chdb directory locked while it runs; ``report`` on it said
-    ``Error initializing EmbeddedServer: . (BAD_ARGUMENTS)`` under a traceback."""
+    ``Error initializing EmbeddedServer: . (BAD_ARGUMENTS)`` under a traceback. ``report`` runs as
+    its own process, as a user runs it (this one may hold a store of its own)."""
     data = tmp_path / "data"
     holder = subprocess.Popen(
         [
@@ -146,9 +148,10 @@ def test_a_store_another_process_holds_is_said_in_one_line_with_what_to_do(tmp_p
     )
     try:
         assert holder.stdout.readline().strip() == "open"
-        code = main(["report", "--data-dir", str(data), "--out", str(tmp_path / "report")])
+        report = [*fabricwatch_command(), "report", "--data-dir", str(data), "--out", str(tmp_path / "r")]
+        done = subprocess.run(report, capture_output=True, text=True, timeout=120)
     finally:
         holder.communicate("\n", timeout=60)
-    said = capsys.readouterr().err.strip().splitlines()
-    assert code == 1
+    said = done.stderr.strip().splitlines()
+    assert done.returncode == 1, done.stderr[-2000:]
     assert len(said) == 1 and "is open in another process" in said[0] and str(data) in said[0], said
