@@ -141,13 +141,14 @@ async def log_ends_aio(consumer: Any, tps: list[Any]) -> dict[Any, int]:
     answer to ListOffsets and the high watermark of the consumer's last fetch (Tansu answers
     ListOffsets short, see ``log_ends``).
 
-    Only the partitions still assigned when the broker has answered are in the result: a rebalance
-    during the wait may have taken some, whose ends are their next owner's to ask (and aiokafka's
-    ``highwater`` asserts on a partition that is not assigned: that crashed workers whenever a peer
-    joined or left the group)."""
+    A partition a rebalance took during the wait has no fetch of ours: its end is the broker's
+    answer alone. (aiokafka's ``highwater`` asserts on a partition that is not assigned: asked
+    regardless, that crashed workers whenever a peer joined or left the group.)"""
     listed = await consumer.end_offsets(list(tps))
     owned = consumer.assignment()
-    return {tp: max(listed.get(tp) or 0, consumer.highwater(tp) or 0) for tp in tps if tp in owned}
+    return {
+        tp: max(listed.get(tp) or 0, (consumer.highwater(tp) if tp in owned else None) or 0) for tp in tps
+    }
 
 
 @dataclass

@@ -99,12 +99,9 @@ def wire(w: Worker, client_kwargs: dict[str, Any]) -> None:
                 log.debug("no end offsets for the heartbeat: %r", exc)
                 continue
             async with w.stage1_lock:
-                # Revoked while the broker answered or while the lock was the revoke's: not ours to mark.
-                still = consumer.assignment()
                 caught_up = {
-                    f"{tp.topic}/{tp.partition}": w.processed.get(tp, -1) + 1 >= end
-                    for tp, end in ends.items()
-                    if tp in still
+                    f"{tp.topic}/{tp.partition}": w.processed.get(tp, -1) + 1 >= (ends.get(tp) or 0)
+                    for tp in owned
                 }
                 for k in w.stage1.heartbeat(caught_up):
                     await w.send(topics.SYMPTOMS, k)
