@@ -12,6 +12,7 @@ from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.replay import replay_trace
+from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Anomaly, DecodeError, Snapshot, Topology, decode, decode_rates
 from fabricwatch.schemas.trace import TraceReader
 from fabricwatch.storage.store import Store
@@ -116,6 +117,18 @@ class Reference:
         assert got.keys() == self.firing.keys(), (got, self.firing)
         for key, start in self.firing.items():
             assert abs(got[key] - start) <= POLL_NS, key
+
+
+def demo_on_workers(
+    broker: BrokerSettings, workers: list, tmp_path: Path
+) -> tuple[Path, Reference, Collector]:
+    """110 s of the demo as a trace, what the in-process replay finds in it, the workers ready and
+    a reader of fabric.anomalies: where the streaming tests that publish the demo start."""
+    path = trace(tmp_path, duration=110)
+    expected = Reference(path)
+    for w in workers:
+        w.wait_ready()
+    return path, expected, Collector(broker, topics.ANOMALIES)
 
 
 def polls_on(settings: BrokerSettings, topic: str) -> set[tuple[str, int]]:

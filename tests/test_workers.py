@@ -14,7 +14,7 @@ from streaming import (
     SESSION_TIMEOUT_S,
     TANSU_GROUP,
     Collector,
-    Reference,
+    demo_on_workers,
     firing,
     in_process,
     polls_on,
@@ -94,11 +94,7 @@ def test_an_upgraded_worker_starts_where_the_faust_group_of_earlier_builds_left_
 
 
 def test_killing_a_worker_loses_no_anomaly(broker, workers, tmp_path):
-    path = trace(tmp_path, duration=110)
-    expected = Reference(path)
-    for w in workers:
-        w.wait_ready()
-    out = Collector(broker, topics.ANOMALIES)
+    path, expected, out = demo_on_workers(broker, workers, tmp_path)
     feeder = threading.Thread(target=publish_trace, args=(path, broker, 5.0))
     feeder.start()
     # Kill one worker mid-stream: once the first incident fired, with the others still to come.
@@ -117,13 +113,10 @@ def test_workers_joining_and_leaving_beside_running_ones_crash_no_peer_and_lose_
     """A scale event or a rolling update: a third worker joins and leaves three times while the
     fabric streams in. Every join and every leave is a rebalance that takes partitions from the
     running workers, sometimes while stage 1's heartbeat waits for the broker (a peer died of that,
-    twice in six such runs, before log_ends_aio answered only for partitions still assigned). No
+    twice in six such runs, before log_ends_aio stopped asking aiokafka's highwater of partitions
+    no longer assigned). No
     peer may crash, the visitor must stop within its grace time, and no incident may be lost."""
-    path = trace(tmp_path, duration=110)
-    expected = Reference(path)
-    for w in workers:
-        w.wait_ready()
-    out = Collector(broker, topics.ANOMALIES)
+    path, expected, out = demo_on_workers(broker, workers, tmp_path)
     feeder = threading.Thread(target=publish_trace, args=(path, broker, 3.0))
     feeder.start()
     for visit in range(3):  # bounded: three joins and three leaves
@@ -149,11 +142,7 @@ def test_a_broker_restart_mid_stream_loses_no_anomaly_and_no_stored_row(
 ):
     """The embedded broker (memory only) restarts empty while a trace is published: the publisher
     holds its sends until it is back, the workers and the sink carry on in its new log."""
-    path = trace(tmp_path, duration=110)
-    expected = Reference(path)
-    for w in workers:
-        w.wait_ready()
-    out = Collector(broker, topics.ANOMALIES)
+    path, expected, out = demo_on_workers(broker, workers, tmp_path)
     with Store.open(tmp_path / "store") as store:
         sink = StoreConsumer(broker, store, max_delay_s=0.5, consumer_options=TANSU_GROUP)
         stop_sink = threading.Event()
