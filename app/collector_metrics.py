@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from fabricwatch.ingest.collect import CollectStats
-from fabricwatch.ingest.sonic import SwitchStats
+from fabricwatch.ingest.nic.poll import CollectStats
+from fabricwatch.ingest.sonic.switch import SwitchStats
 
 POLL_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 

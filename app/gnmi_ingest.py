@@ -13,7 +13,7 @@ acknowledged by the broker (at least once). A sample still open at a commit is r
 restart from the records after the commit, so a restart costs at most that sample.
 
 The same stream's OpenConfig LLDP neighbours and port speeds, when subscribed, become each switch's
-topology report on ``fabric.topology`` (``ingest/gnmi_topology.py``), keyed by ``switch:NAME``.
+topology report on ``fabric.topology`` (``ingest/gnmi/topology.py``), keyed by ``switch:NAME``.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fabricwatch.ingest.gnmi_messages import Format, parse_message
-from fabricwatch.ingest.gnmi_snapshots import SnapshotAssembler
-from fabricwatch.ingest.gnmi_topology import LldpAssembler
+from fabricwatch.ingest.gnmi.messages import Format, parse_message
+from fabricwatch.ingest.gnmi.snapshots import SnapshotAssembler
+from fabricwatch.ingest.gnmi.topology import LldpAssembler
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Snapshot, encode
 from fabricwatch.streams.kafka_io import BrokerSettings, Publisher, ensure_topics

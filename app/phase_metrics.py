@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from fabricwatch.collector_metrics import POLL_BUCKETS_S, Liveness
-from fabricwatch.ingest.log_tail import TailStats
-from fabricwatch.ingest.nccl_phases import ReadStats
+from fabricwatch.ingest.phases.log_tail import TailStats
+from fabricwatch.ingest.phases.nccl_phases import ReadStats
 
 NOTHING_FOLLOWED_S = 60.0
 """How long the patterns may match no file before the collector says so and is unhealthy (a job's

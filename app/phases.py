@@ -27,8 +27,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from fabricwatch.ingest.nccl_log import KNOWN_OPS, CollCall, CommInit
-from fabricwatch.ingest.phase_coalescer import PhaseCoalescer
+from fabricwatch.ingest.phases.coalescer import PhaseCoalescer
+from fabricwatch.ingest.phases.nccl_log import KNOWN_OPS, CollCall, CommInit
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Phase, encode
 

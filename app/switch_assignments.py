@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from fabricwatch.ingest.switch_poll import SwitchTarget
+from fabricwatch.ingest.sonic.poll import SwitchTarget
 from fabricwatch.schemas import topics
 from fabricwatch.streams.kafka_io import BrokerSettings, Publisher, ensure_topics
 

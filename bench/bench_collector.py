@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fabricwatch.ingest.collect import NicTarget, poll
-from fabricwatch.ingest.ethtool_ioctl import EthtoolIoctl
-from fabricwatch.ingest.host_collector import EthtoolError, ethtool_command
+from fabricwatch.ingest.nic.device import EthtoolError, ethtool_command
+from fabricwatch.ingest.nic.ethtool_ioctl import EthtoolIoctl
+from fabricwatch.ingest.nic.poll import NicTarget, poll
 
 ROOT = Path(__file__).resolve().parent.parent
 NICS = 8

@@ -22,9 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from fabricwatch.ingest.log_tail import LogTail
-from fabricwatch.ingest.nccl_phases import NcclPhaseReader
-from fabricwatch.ingest.phase_coalescer import PhaseCoalescer
+from fabricwatch.ingest.phases.coalescer import PhaseCoalescer
+from fabricwatch.ingest.phases.log_tail import LogTail
+from fabricwatch.ingest.phases.nccl_phases import NcclPhaseReader
 
 RANKS = 8
 CALLS_PER_S = 2000

@@ -24,8 +24,8 @@ import numpy as np
 import redis
 
 from fabricwatch.ingest.mapping import build_sonic_snapshot
-from fabricwatch.ingest.parsers import parse_sonic_counters_db
-from fabricwatch.ingest.sonic import COUNTERS_DB, SonicSwitch
+from fabricwatch.ingest.nic.parsers import parse_sonic_counters_db
+from fabricwatch.ingest.sonic.switch import COUNTERS_DB, SonicSwitch
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = {"PORT": 100, "QUEUE": 100, "PG_DROP": 100, "QUEUE_WATERMARK": 100, "PG_WATERMARK": 100}

@@ -56,11 +56,11 @@ STALE_MAX_S = 2.0
 """Longest a device's unchanged reads are taken for reads of counters not refreshed yet: switches
 refresh their port counters every second or two (SONiC's default is 1 s), so a device read
 unchanged for longer than that has gone quiet. Counter groups refreshed more slowly (SONiC's queues
-every 10 s) are the collector's to mark (``ingest/sonic.py``); here the whole device counts."""
+every 10 s) are the collector's to mark (``ingest/sonic/switch.py``); here the whole device counts."""
 _STALE_MAX_NS = int(STALE_MAX_S * 1e9)
 REFRESH_AWARE_SOURCES = frozenset({"sonic"})
 """Collectors that know their devices' refresh schedule and send unrefreshed groups as unknown
-themselves (``ingest/sonic.py`` reads FLEX_COUNTER_TABLE), so a full repeat from them is what the
+themselves (``ingest/sonic/switch.py`` reads FLEX_COUNTER_TABLE), so a full repeat from them is what the
 device showed, not a read between refreshes: whole-device staleness would second-guess them (it
 made a storm read through SONiC root at the leaf, tests/test_sonic_storm.py)."""
 _PER_LINE_BYTE = {"bytes": 1.0, "packets": 1.0 / MIN_WIRE_BYTES, "frames": 1.0 / MIN_WIRE_BYTES}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fabricwatch.ingest.parsers import parse_ethtool_stats
+from fabricwatch.ingest.nic.parsers import parse_ethtool_stats
 
 FAMILIES = {
     # vendor: (RDMA device, its driver, the PCI function's driver or None, hw_counters, ethtool)

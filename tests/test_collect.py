@@ -10,9 +10,9 @@ import pytest
 
 from fabricwatch.cli.main import main
 from fabricwatch.detectors.pipeline import Pipeline
-from fabricwatch.ingest.collect import CollectStats, discover, poll
-from fabricwatch.ingest.host_collector import EthtoolError
-from fabricwatch.ingest.parsers import EthtoolStats, parse_ethtool_stats
+from fabricwatch.ingest.nic.device import EthtoolError
+from fabricwatch.ingest.nic.parsers import EthtoolStats, parse_ethtool_stats
+from fabricwatch.ingest.nic.poll import CollectStats, discover, poll
 from fabricwatch.ingest.simulator.ttar import extract_ttar
 from fabricwatch.replay import replay_trace
 from fabricwatch.schemas.messages import Snapshot, decode
@@ -161,8 +161,8 @@ def test_polls_fall_on_wall_clock_multiples_of_the_interval(sysfs):
 
 
 def test_files_kept_open_read_what_a_fresh_read_does_and_see_each_new_value(sysfs):
-    from fabricwatch.ingest.parsers import read_sysfs_port
-    from fabricwatch.ingest.sysfs import SysfsPorts
+    from fabricwatch.ingest.nic.parsers import read_sysfs_port
+    from fabricwatch.ingest.nic.sysfs import SysfsPorts
 
     port = sysfs / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
     with SysfsPorts() as ports:

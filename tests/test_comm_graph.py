@@ -10,10 +10,10 @@ import pytest
 
 from fabricwatch.detectors.incident_state import Incident
 from fabricwatch.detectors.jobs import JobAttribution
-from fabricwatch.ingest.comm_graph import GraphBuilder
-from fabricwatch.ingest.nccl_log import CommInit, Connection, NetDevices, parse_line
-from fabricwatch.ingest.nccl_phases import NcclPhaseReader
-from fabricwatch.ingest.phase_coalescer import PhaseCoalescer
+from fabricwatch.ingest.phases.coalescer import PhaseCoalescer
+from fabricwatch.ingest.phases.comm_graph import GraphBuilder
+from fabricwatch.ingest.phases.nccl_log import CommInit, Connection, NetDevices, parse_line
+from fabricwatch.ingest.phases.nccl_phases import NcclPhaseReader
 from fabricwatch.schemas.messages import CommGraph, DecodeError, Edge, Phase, RootCause, decode, encode
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -14,7 +14,7 @@ from dashboard_queries import DASHBOARDS, INTERVAL_S, resolve_variables, run_pan
 from fabricwatch.dashboards.macros import QueryContext, expand
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.ingest.simulator.sonic_db import SwitchDb
-from fabricwatch.ingest.sonic import COUNTERS_DB, SonicSwitch
+from fabricwatch.ingest.sonic.switch import COUNTERS_DB, SonicSwitch
 from fabricwatch.local.redis_server import redis_server
 from fabricwatch.schemas.messages import encode
 from fabricwatch.schemas.topics import COUNTERS

@@ -219,9 +219,9 @@ def test_the_sink_takes_its_clickhouse_from_the_environment_and_refuses_an_empty
 def test_the_example_config_is_accepted_by_every_daemon():
     """deploy/fabricwatch.yaml, section by section, read as each daemon reads it."""
     from fabricwatch.alerts.config import load_alerts_config
-    from fabricwatch.ingest.collect import CollectSettings
-    from fabricwatch.ingest.gnmi_subscribe import GnmiSettings
-    from fabricwatch.ingest.switch_poll import SonicSettings
+    from fabricwatch.ingest.gnmi.subscribe import GnmiSettings
+    from fabricwatch.ingest.nic.poll import CollectSettings
+    from fabricwatch.ingest.sonic.poll import SonicSettings
     from fabricwatch.schemas.config import ConfigFile
 
     example = DEPLOY / "fabricwatch.yaml"

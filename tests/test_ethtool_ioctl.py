@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fabricwatch.ingest.parsers import parse_ethtool_stats
+from fabricwatch.ingest.nic.parsers import parse_ethtool_stats
 
 needs_netns = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("ethtool") is None,
@@ -21,8 +21,8 @@ needs_netns = pytest.mark.skipif(
 )
 READ = """
 import json, sys
-from fabricwatch.ingest.ethtool_ioctl import EthtoolIoctl
-from fabricwatch.ingest.host_collector import EthtoolError
+from fabricwatch.ingest.nic.ethtool_ioctl import EthtoolIoctl
+from fabricwatch.ingest.nic.device import EthtoolError
 with EthtoolIoctl() as reader:
     out = []
     for name in sys.argv[1:]:
@@ -96,7 +96,7 @@ class ShortDriver:
 
         from pyroute2.ethtool.ioctl import generate_EthtoolGStats
 
-        from fabricwatch.ingest.ethtool_ioctl import SLACK
+        from fabricwatch.ingest.nic.ethtool_ioctl import SLACK
 
         layout = ctypes.POINTER(generate_EthtoolGStats(4 + SLACK))
         gstats = ctypes.cast(self.ifreq.gstats, layout).contents
@@ -105,7 +105,7 @@ class ShortDriver:
 
 
 def test_fewer_values_than_names_are_reported_and_only_the_given_ones_taken():
-    from fabricwatch.ingest.ethtool_ioctl import EthtoolIoctl, _Device
+    from fabricwatch.ingest.nic.ethtool_ioctl import EthtoolIoctl, _Device
 
     reader = EthtoolIoctl()
     reader._devices["x0"] = _Device(ShortDriver())

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.detectors.rates import RateEngine
-from fabricwatch.ingest.gnmi_messages import parse_message, split_path
-from fabricwatch.ingest.gnmi_snapshots import SnapshotAssembler
+from fabricwatch.ingest.gnmi.messages import parse_message, split_path
+from fabricwatch.ingest.gnmi.snapshots import SnapshotAssembler
 
 FIXTURES = Path(__file__).parent / "fixtures"
 T0 = 1_795_000_000_000_000_000

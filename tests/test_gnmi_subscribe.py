@@ -14,9 +14,9 @@ import pytest
 from gnmi_target import Interface, Server, Target
 
 from fabricwatch.detectors.rates import RateEngine
-from fabricwatch.ingest.collect import CollectStats, ProblemLog
-from fabricwatch.ingest.gnmi_snapshots import SnapshotAssembler
-from fabricwatch.ingest.gnmi_subscribe import GnmiTarget, stream_targets
+from fabricwatch.ingest.gnmi.snapshots import SnapshotAssembler
+from fabricwatch.ingest.gnmi.subscribe import GnmiTarget, stream_targets
+from fabricwatch.ingest.nic.poll import CollectStats, ProblemLog
 from fabricwatch.local.broker import free_port
 from fabricwatch.local.processes import fabricwatch_command
 from fabricwatch.schemas import topics

@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 
 from fabricwatch.detectors.topology import TopologyView
-from fabricwatch.ingest.gnmi_messages import parse_message
-from fabricwatch.ingest.gnmi_snapshots import SnapshotAssembler
-from fabricwatch.ingest.gnmi_topology import LldpAssembler
-from fabricwatch.ingest.lldp_fabric import SiteSettings
+from fabricwatch.ingest.gnmi.messages import parse_message
+from fabricwatch.ingest.gnmi.snapshots import SnapshotAssembler
+from fabricwatch.ingest.gnmi.topology import LldpAssembler
+from fabricwatch.ingest.lldp.fabric import SiteSettings
 from fabricwatch.schemas.messages import EcmpGroup, Link
 
 OC = "/lldp/interfaces/interface/neighbors/neighbor/state"

@@ -18,7 +18,7 @@ import pytest
 from waiting import wait_for
 
 from fabricwatch.detectors.topology import TopologyView
-from fabricwatch.ingest.lldp import LldpWatch, Neighbour, host_topology, parse_neighbours, run_lldpcli
+from fabricwatch.ingest.lldp.lldpcli import LldpWatch, Neighbour, host_topology, parse_neighbours, run_lldpcli
 from fabricwatch.schemas.messages import Device, Link, NicAttachment, Topology
 
 needs_lldpd = pytest.mark.skipif(

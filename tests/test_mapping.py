@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from fabricwatch.ingest.host_collector import SOURCE_ORDER
 from fabricwatch.ingest.mapping import (
     build_combined_snapshot,
     build_snapshot,
@@ -20,7 +19,8 @@ from fabricwatch.ingest.mapping import (
     known_sources,
     map_counters,
 )
-from fabricwatch.ingest.parsers import parse_ethtool_stats
+from fabricwatch.ingest.nic.device import SOURCE_ORDER
+from fabricwatch.ingest.nic.parsers import parse_ethtool_stats
 from fabricwatch.schemas.messages import CounterSpec, Snapshot, decode, encode
 from fabricwatch.schemas.vocabulary import canonical
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.cli.main import main
-from fabricwatch.ingest.log_tail import LogTail
-from fabricwatch.ingest.nccl_log import CollCall, CommInit, LineError, parse_line, scan
-from fabricwatch.ingest.nccl_phases import NcclPhaseReader
-from fabricwatch.ingest.phase_coalescer import PhaseCoalescer
+from fabricwatch.ingest.phases.coalescer import PhaseCoalescer
+from fabricwatch.ingest.phases.log_tail import LogTail
+from fabricwatch.ingest.phases.nccl_log import CollCall, CommInit, LineError, parse_line, scan
+from fabricwatch.ingest.phases.nccl_phases import NcclPhaseReader
 from fabricwatch.schemas.messages import Phase, decode
 from fabricwatch.schemas.trace import TraceReader
 

@@ -7,7 +7,7 @@ import pytest
 from nic_trees import FAMILIES, ethtool_output, lay_out, link
 
 from fabricwatch.detectors.rates import RateEngine
-from fabricwatch.ingest.host_collector import collect_nic, detect_vendor
+from fabricwatch.ingest.nic.device import collect_nic, detect_vendor
 
 S = 10**9
 EXPECTED = {

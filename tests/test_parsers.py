@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from fabricwatch.ingest.host_collector import EthtoolError, collect_nic, detect_vendor, run_ethtool
 from fabricwatch.ingest.mapping import build_sonic_snapshot
-from fabricwatch.ingest.parsers import parse_ethtool_stats, parse_sonic_counters_db, read_sysfs_port
+from fabricwatch.ingest.nic.device import EthtoolError, collect_nic, detect_vendor, run_ethtool
+from fabricwatch.ingest.nic.parsers import parse_ethtool_stats, parse_sonic_counters_db, read_sysfs_port
 from fabricwatch.ingest.simulator.ttar import extract_ttar
 from fabricwatch.schemas.messages import CounterSpec, Snapshot
 

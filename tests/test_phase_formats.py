@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.cli.main import main
-from fabricwatch.ingest.phase_formats import FormatError, detect, records
+from fabricwatch.ingest.phases.formats import FormatError, detect, records
 from fabricwatch.schemas.messages import Phase, decode
 from fabricwatch.schemas.trace import TraceReader
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.cli.main import main
-from fabricwatch.ingest.collect import CollectStats, NicTarget, poll
 from fabricwatch.ingest.mapping import resolve
-from fabricwatch.ingest.parsers import RdmaStatistic, parse_rdma_statistic
+from fabricwatch.ingest.nic.parsers import RdmaStatistic, parse_rdma_statistic
+from fabricwatch.ingest.nic.poll import CollectStats, NicTarget, poll
 from fabricwatch.ingest.simulator.ttar import extract_ttar
 from fabricwatch.schemas.messages import Snapshot, decode
 from fabricwatch.schemas.trace import TraceReader

@@ -14,10 +14,10 @@ import redis
 from waiting import wait_for
 
 from fabricwatch.detectors.rates import RateEngine
-from fabricwatch.ingest.lldp_fabric import SiteSettings
+from fabricwatch.ingest.lldp.fabric import SiteSettings
 from fabricwatch.ingest.simulator.sonic_db import SwitchDb
-from fabricwatch.ingest.sonic import COUNTERS_DB, SonicSwitch, SwitchError
-from fabricwatch.ingest.sonic_topology import TopologyWatch
+from fabricwatch.ingest.sonic.switch import COUNTERS_DB, SonicSwitch, SwitchError
+from fabricwatch.ingest.sonic.topology import TopologyWatch
 from fabricwatch.local.redis_server import redis_server
 
 pytestmark = [

@@ -16,7 +16,7 @@ from streaming import Collector
 from waiting import wait_for
 
 from fabricwatch.ingest.simulator.sonic_db import SwitchDb
-from fabricwatch.ingest.sonic import COUNTERS_DB
+from fabricwatch.ingest.sonic.switch import COUNTERS_DB
 from fabricwatch.local.processes import fabricwatch_command
 from fabricwatch.local.redis_server import redis_server
 from fabricwatch.schemas import topics

@@ -11,10 +11,10 @@ import pytest
 import redis
 from waiting import wait_for
 
-from fabricwatch.ingest.lldp_fabric import SiteSettings
-from fabricwatch.ingest.sonic import CONFIG_DB
-from fabricwatch.ingest.sonic_qos import read_queue_profiles
-from fabricwatch.ingest.sonic_topology import TopologyWatch
+from fabricwatch.ingest.lldp.fabric import SiteSettings
+from fabricwatch.ingest.sonic.qos import read_queue_profiles
+from fabricwatch.ingest.sonic.switch import CONFIG_DB
+from fabricwatch.ingest.sonic.topology import TopologyWatch
 from fabricwatch.local.redis_server import redis_server
 
 pytestmark = [

@@ -22,7 +22,7 @@ from waiting import wait_for
 from fabricwatch.ingest.simulator.run import simulate
 from fabricwatch.ingest.simulator.scenario import load_scenario
 from fabricwatch.ingest.simulator.sonic_db import SnapshotSwitch
-from fabricwatch.ingest.sonic import COUNTERS_DB
+from fabricwatch.ingest.sonic.switch import COUNTERS_DB
 from fabricwatch.local.processes import fabricwatch_command
 from fabricwatch.local.redis_server import redis_server
 from fabricwatch.schemas import topics

@@ -15,7 +15,7 @@ import time
 import pytest
 from waiting import wait_for
 
-from fabricwatch.ingest.switch_poll import SwitchTarget
+from fabricwatch.ingest.sonic.poll import SwitchTarget
 from fabricwatch.local.processes import fabricwatch_command
 from fabricwatch.switch_assignments import Assignments
 

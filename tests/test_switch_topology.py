@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from fabricwatch.detectors.topology import TopologyView
-from fabricwatch.ingest.lldp_fabric import Neighbour, SiteEcnProfile, SiteSettings, switch_topology
-from fabricwatch.ingest.switch_poll import SonicSettings
+from fabricwatch.ingest.lldp.fabric import Neighbour, SiteEcnProfile, SiteSettings, switch_topology
+from fabricwatch.ingest.sonic.poll import SonicSettings
 from fabricwatch.schemas.config import ConfigError, ConfigFile
 from fabricwatch.schemas.messages import Device, EcmpGroup, Link, QueueProfile, Topology
 

@@ -23,8 +23,8 @@ from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import encode
 
 if TYPE_CHECKING:
-    from fabricwatch.ingest.collect import CollectSettings, NicTarget
-    from fabricwatch.ingest.lldp import LldpWatch
+    from fabricwatch.ingest.lldp.lldpcli import LldpWatch
+    from fabricwatch.ingest.nic.poll import CollectSettings, NicTarget
     from fabricwatch.streams.kafka_io import Publisher
 
 HELP = "poll this host's RDMA NICs into Kafka (--broker) or a trace file (--out)"
@@ -89,7 +89,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def settings_of(args: argparse.Namespace, environ: dict[str, str] | None = None) -> CollectSettings:
     """The ``collect:`` section of ``--config`` (FABRICWATCH_HOST over its ``host``), with every
     option given on the command line over both."""
-    from fabricwatch.ingest.collect import CollectSettings
+    from fabricwatch.ingest.nic.poll import CollectSettings
     from fabricwatch.schemas.config import ConfigFile
 
     environ = dict(os.environ) if environ is None else environ
@@ -121,9 +121,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_host(args: argparse.Namespace) -> int:
     from fabricwatch.collector_metrics import CollectMetrics
-    from fabricwatch.ingest.collect import CollectStats, discover, poll
-    from fabricwatch.ingest.ethtool_ioctl import EthtoolIoctl
-    from fabricwatch.ingest.host_collector import SOURCE_ORDER, ethtool_command, rdma_statistic_command
+    from fabricwatch.ingest.nic.device import SOURCE_ORDER, ethtool_command, rdma_statistic_command
+    from fabricwatch.ingest.nic.ethtool_ioctl import EthtoolIoctl
+    from fabricwatch.ingest.nic.poll import CollectStats, discover, poll
 
     cfg = settings_of(args)
     bad = sorted(v for v in cfg.vendors.values() if v not in SOURCE_ORDER)
@@ -172,7 +172,7 @@ def _run_host(args: argparse.Namespace) -> int:
 
 def _lldp(cfg: CollectSettings, targets: list[NicTarget], publisher: Publisher | None) -> LldpWatch | None:
     """This host's cabling from LLDP, when publishing (a trace has no use for it)."""
-    from fabricwatch.ingest.lldp import LldpWatch, run_lldpcli
+    from fabricwatch.ingest.lldp.lldpcli import LldpWatch, run_lldpcli
 
     interval = cfg.lldp_interval_s if cfg.lldp_interval_s is not None else 30.0
     if not interval or publisher is None:
@@ -184,7 +184,7 @@ def _lldp(cfg: CollectSettings, targets: list[NicTarget], publisher: Publisher |
 
 
 def _vendors(pairs: list[str]) -> dict[str, str]:
-    from fabricwatch.ingest.host_collector import SOURCE_ORDER
+    from fabricwatch.ingest.nic.device import SOURCE_ORDER
 
     out = {}
     for pair in pairs:

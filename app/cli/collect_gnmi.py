@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from fabricwatch.cli import options
 
 if TYPE_CHECKING:
-    from fabricwatch.ingest.gnmi_subscribe import GnmiSettings
+    from fabricwatch.ingest.gnmi.subscribe import GnmiSettings
 
 HELP = "subscribe to switches' gNMI servers into Kafka (--broker) or a trace file (--out)"
 DESCRIPTION = """Subscribe to switches' gNMI servers (OpenConfig interface, Ethernet and QoS queue
@@ -52,7 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def settings_of(args: argparse.Namespace) -> GnmiSettings:
     """The config file's ``gnmi:`` section, the options over it, ``--target``/``--name`` added."""
     from fabricwatch.cli.collect_outputs import with_options
-    from fabricwatch.ingest.gnmi_subscribe import GnmiSettings, GnmiTarget
+    from fabricwatch.ingest.gnmi.subscribe import GnmiSettings, GnmiTarget
     from fabricwatch.schemas.config import ConfigError, ConfigFile
 
     base = ConfigFile(args.config).section("gnmi", GnmiSettings)
@@ -90,9 +90,9 @@ def settings_of(args: argparse.Namespace) -> GnmiSettings:
 def run(args: argparse.Namespace) -> int:
     from fabricwatch.cli.collect_outputs import check_destination, outcomes, outputs_of, serve_metrics
     from fabricwatch.collector_metrics import CollectMetrics
-    from fabricwatch.ingest.collect import CollectStats, ProblemLog
-    from fabricwatch.ingest.gnmi_snapshots import SnapshotAssembler
-    from fabricwatch.ingest.gnmi_subscribe import stream_targets
+    from fabricwatch.ingest.gnmi.snapshots import SnapshotAssembler
+    from fabricwatch.ingest.gnmi.subscribe import stream_targets
+    from fabricwatch.ingest.nic.poll import CollectStats, ProblemLog
 
     cfg = settings_of(args)
     check_destination(args)

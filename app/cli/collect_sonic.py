@@ -14,9 +14,9 @@ from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import encode
 
 if TYPE_CHECKING:
-    from fabricwatch.ingest.sonic import SonicSwitch, SwitchStats
-    from fabricwatch.ingest.sonic_topology import TopologyWatch
-    from fabricwatch.ingest.switch_poll import SonicSettings, SwitchTarget
+    from fabricwatch.ingest.sonic.poll import SonicSettings, SwitchTarget
+    from fabricwatch.ingest.sonic.switch import SonicSwitch, SwitchStats
+    from fabricwatch.ingest.sonic.topology import TopologyWatch
     from fabricwatch.streams.kafka_io import BrokerSettings, Publisher
     from fabricwatch.switch_assignments import Assignments
 
@@ -64,7 +64,7 @@ def settings_of(args: argparse.Namespace) -> SonicSettings:
     """The config file's ``sonic:`` section, with the options given on the command line over it
     and ``--redis``/``--name`` added to its switches."""
     from fabricwatch.cli.collect_outputs import with_options
-    from fabricwatch.ingest.switch_poll import SonicSettings, SwitchTarget
+    from fabricwatch.ingest.sonic.poll import SonicSettings, SwitchTarget
     from fabricwatch.schemas.config import ConfigError, ConfigFile
 
     base = ConfigFile(args.config).section("sonic", SonicSettings)
@@ -88,8 +88,8 @@ def settings_of(args: argparse.Namespace) -> SonicSettings:
 def run(args: argparse.Namespace) -> int:
     from fabricwatch.cli.collect_outputs import check_destination, outcomes, outputs_of, serve_metrics
     from fabricwatch.collector_metrics import CollectMetrics
-    from fabricwatch.ingest.collect import CollectStats
-    from fabricwatch.ingest.switch_poll import poll_switches
+    from fabricwatch.ingest.nic.poll import CollectStats
+    from fabricwatch.ingest.sonic.poll import poll_switches
 
     cfg = settings_of(args)
     if args.publish_switches:
@@ -174,7 +174,7 @@ def _until_changed(assignments: Assignments, stop: threading.Event, round_stop: 
 
 def _switch(switches: dict[str, SonicSwitch], target: SwitchTarget, cfg: SonicSettings) -> SonicSwitch:
     """The poller of one switch, kept across assignment rounds (its name maps and history stay)."""
-    from fabricwatch.ingest.sonic import SonicSwitch
+    from fabricwatch.ingest.sonic.switch import SonicSwitch
 
     known = switches.get(target.name)
     if known is None or known.url != target.redis:
@@ -186,7 +186,7 @@ def _switch(switches: dict[str, SonicSwitch], target: SwitchTarget, cfg: SonicSe
 
 def _lldp(cfg: SonicSettings, publisher: Publisher | None, stack: ExitStack) -> TopologyWatch | None:
     """The switches' LLDP neighbours, when publishing (a trace has no use for them)."""
-    from fabricwatch.ingest.sonic_topology import TopologyWatch
+    from fabricwatch.ingest.sonic.topology import TopologyWatch
 
     if not cfg.lldp_interval_s or publisher is None:
         return None

@@ -53,9 +53,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fabricwatch.gnmi_ingest import TranslateStats, translate
-    from fabricwatch.ingest.gnmi_snapshots import SnapshotAssembler
-    from fabricwatch.ingest.gnmi_subscribe import GnmiSettings
-    from fabricwatch.ingest.gnmi_topology import LldpAssembler
+    from fabricwatch.ingest.gnmi.snapshots import SnapshotAssembler
+    from fabricwatch.ingest.gnmi.subscribe import GnmiSettings
+    from fabricwatch.ingest.gnmi.topology import LldpAssembler
     from fabricwatch.schemas.config import ConfigFile
 
     if not 0 < args.window < 60 or not 0 < args.grace < 600:

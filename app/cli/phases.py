@@ -15,7 +15,7 @@ from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import CommGraph, Phase, PhaseMessage, encode, phase_time
 
 if TYPE_CHECKING:
-    from fabricwatch.ingest.nccl_phases import JobReaders
+    from fabricwatch.ingest.phases.nccl_phases import JobReaders
     from fabricwatch.streams.kafka_io import Publisher
 
 HELP = "collective phases from NCCL/RCCL logs: follow them on a node, or import finished ones"
@@ -74,7 +74,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fabricwatch.ingest.nccl_phases import JobReaders
+    from fabricwatch.ingest.phases.nccl_phases import JobReaders
 
     if not 0 < args.gap <= 60:
         raise ValueError("--gap must be between 0 and 60 seconds")
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace, readers: JobReaders) -> int:
-    from fabricwatch.ingest.phase_formats import FormatError, detect, records
+    from fabricwatch.ingest.phases.formats import FormatError, detect, records
     from fabricwatch.schemas.trace import TraceWriter
 
     phases: list[PhaseMessage] = []
@@ -121,7 +121,7 @@ def _import(args: argparse.Namespace, readers: JobReaders) -> int:
 
 def _collect(args: argparse.Namespace, readers: JobReaders) -> int:
     from fabricwatch.cli.collect_outputs import outcomes, publishing, serve_metrics
-    from fabricwatch.ingest.log_tail import LogTail
+    from fabricwatch.ingest.phases.log_tail import LogTail
     from fabricwatch.phase_metrics import PhaseMetrics
     from fabricwatch.schemas.trace import TraceWriter
     from fabricwatch.streams.kafka_io import Publisher, ensure_topics

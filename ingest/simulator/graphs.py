@@ -14,7 +14,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from fabricwatch.ingest.comm_graph import EDGES_PER_MESSAGE
+from fabricwatch.ingest.phases.comm_graph import EDGES_PER_MESSAGE
 from fabricwatch.ingest.simulator.fabric import Fabric
 from fabricwatch.ingest.simulator.traffic import ActivityRun
 from fabricwatch.schemas.messages import CommGraph, Edge

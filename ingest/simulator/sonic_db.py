@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import redis
 
 from fabricwatch.ingest.mapping import resolve, vendor_names
-from fabricwatch.ingest.sonic import CONFIG_DB, COUNTERS_DB
+from fabricwatch.ingest.sonic.switch import CONFIG_DB, COUNTERS_DB
 from fabricwatch.schemas.messages import Snapshot
 
 PORT_FIELDS = (

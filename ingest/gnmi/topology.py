@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from fabricwatch.ingest.gnmi_messages import PORT_SPEED, Point
-from fabricwatch.ingest.gnmi_snapshots import port_and_queue
-from fabricwatch.ingest.lldp_fabric import Neighbour, SiteSettings, neighbour, switch_topology
+from fabricwatch.ingest.gnmi.messages import PORT_SPEED, Point
+from fabricwatch.ingest.gnmi.snapshots import port_and_queue
+from fabricwatch.ingest.lldp.fabric import Neighbour, SiteSettings, neighbour, switch_topology
 from fabricwatch.schemas.messages import Topology
 
 _SPEED = re.compile(r"SPEED_(\d+)(GB|MB)$")

@@ -24,9 +24,9 @@ from typing import Literal
 
 import msgspec
 
-from fabricwatch.ingest.host_collector import EthtoolError, collect_nic, ethtool_command
-from fabricwatch.ingest.parsers import EthtoolStats, RdmaStatistic
-from fabricwatch.ingest.sysfs import SysfsPorts
+from fabricwatch.ingest.nic.device import EthtoolError, collect_nic, ethtool_command
+from fabricwatch.ingest.nic.parsers import EthtoolStats, RdmaStatistic
+from fabricwatch.ingest.nic.sysfs import SysfsPorts
 from fabricwatch.schemas.messages import Snapshot
 
 

@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from fabricwatch.ingest.nccl_log import KNOWN_OPS, CollCall, CommInit
+from fabricwatch.ingest.phases.nccl_log import KNOWN_OPS, CollCall, CommInit
 
 _TORCH_OPS = {
     "allreduce": "AllReduce",

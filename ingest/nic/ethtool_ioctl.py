@@ -21,8 +21,8 @@ import errno
 from dataclasses import dataclass, field
 from typing import Any
 
-from fabricwatch.ingest.host_collector import EthtoolError
-from fabricwatch.ingest.parsers import EthtoolStats
+from fabricwatch.ingest.nic.device import EthtoolError
+from fabricwatch.ingest.nic.parsers import EthtoolStats
 
 IFNAMSIZ = 16
 SLACK = 64

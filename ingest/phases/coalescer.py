@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fabricwatch.ingest.nccl_log import CollCall, CommInit
+from fabricwatch.ingest.phases.nccl_log import CollCall, CommInit
 from fabricwatch.schemas.messages import Phase
 
 ROOTED = {"Broadcast", "Reduce"}

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from fabricwatch.ingest.nccl_log import CommInit, Connection, NetDevices
+from fabricwatch.ingest.phases.nccl_log import CommInit, Connection, NetDevices
 from fabricwatch.schemas.messages import CommGraph, Edge
 
 EDGES_PER_MESSAGE = 4096

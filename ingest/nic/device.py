@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from fabricwatch.ingest.mapping import build_combined_snapshot
-from fabricwatch.ingest.parsers import (
+from fabricwatch.ingest.nic.parsers import (
     EthtoolStats,
     RdmaStatistic,
     parse_ethtool_stats,

@@ -7,7 +7,7 @@ well. Plain text, or TLS with the site's CA (and a client certificate where the 
 user name and password travel as gRPC metadata, as gNMI servers expect them.
 
 Notifications become the same points as gnmic's and Telegraf's messages
-(``ingest/gnmi_messages.py``), and the same assembler makes snapshots of them.
+(``ingest/gnmi/messages.py``), and the same assembler makes snapshots of them.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import grpc
 import msgspec
 from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
 
-from fabricwatch.ingest.collect import ProblemLog
-from fabricwatch.ingest.gnmi_messages import Point, points_of, split_path
-from fabricwatch.ingest.lldp_fabric import SiteSettings
+from fabricwatch.ingest.gnmi.messages import Point, points_of, split_path
+from fabricwatch.ingest.lldp.fabric import SiteSettings
+from fabricwatch.ingest.nic.poll import ProblemLog
 
 COUNTER_PATHS = (
     "/interfaces/interface/state/counters",

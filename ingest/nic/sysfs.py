@@ -14,7 +14,7 @@ import errno
 import os
 from pathlib import Path
 
-from fabricwatch.ingest.parsers import MAX_U64
+from fabricwatch.ingest.nic.parsers import MAX_U64
 
 _GONE = {errno.ENODEV, errno.ENOENT, errno.ESTALE, errno.ENXIO}
 _READ_BYTES = 64

@@ -6,7 +6,7 @@ A switch's report is a ``Topology`` with ``source="switch:NAME"``: the switch, t
 sees, one link per port that faces one, and its ECMP groups (a leaf's ports toward the spines; a
 spine's ports toward one leaf, when there are several), which the detectors merge into the
 fabric's (``detectors/topology.py``). Neighbours that are not switches are hosts, which report
-their own cabling (``ingest/lldp.py``). Which switches are spines and which pod a switch is in come
+their own cabling (``ingest/lldp/lldpcli.py``). Which switches are spines and which pod a switch is in come
 from the site description; speeds the switch does not expose, from its ``link_gbps``.
 """
 

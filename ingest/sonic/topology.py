@@ -18,9 +18,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import msgspec
 import redis
 
-from fabricwatch.ingest.lldp_fabric import Neighbour, SiteSettings, neighbour, switch_topology
-from fabricwatch.ingest.sonic import CONFIG_DB, decoded, with_db
-from fabricwatch.ingest.sonic_qos import read_queue_profiles
+from fabricwatch.ingest.lldp.fabric import Neighbour, SiteSettings, neighbour, switch_topology
+from fabricwatch.ingest.sonic.qos import read_queue_profiles
+from fabricwatch.ingest.sonic.switch import CONFIG_DB, decoded, with_db
 from fabricwatch.schemas.messages import QueueProfile, Topology
 
 APPL_DB = 0

@@ -17,9 +17,9 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import msgspec
 
-from fabricwatch.ingest.collect import CollectStats, ProblemLog, poll_times
-from fabricwatch.ingest.lldp_fabric import SiteSettings
-from fabricwatch.ingest.sonic import SonicSwitch, SwitchError
+from fabricwatch.ingest.lldp.fabric import SiteSettings
+from fabricwatch.ingest.nic.poll import CollectStats, ProblemLog, poll_times
+from fabricwatch.ingest.sonic.switch import SonicSwitch, SwitchError
 from fabricwatch.schemas.messages import Snapshot
 
 MAX_THREADS = 32

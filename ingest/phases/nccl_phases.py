@@ -15,8 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fabricwatch.ingest.comm_graph import GraphBuilder, GraphStats
-from fabricwatch.ingest.nccl_log import (
+from fabricwatch.ingest.phases.coalescer import PhaseCoalescer
+from fabricwatch.ingest.phases.comm_graph import GraphBuilder, GraphStats
+from fabricwatch.ingest.phases.nccl_log import (
     COLL_HINT,
     CONNECTION_HINTS,
     CollCall,
@@ -27,7 +28,6 @@ from fabricwatch.ingest.nccl_log import (
     parse_line,
     scan,
 )
-from fabricwatch.ingest.phase_coalescer import PhaseCoalescer
 from fabricwatch.schemas.messages import PhaseMessage
 
 UNTIMED = (

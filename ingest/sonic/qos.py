@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 
 import redis
 
-from fabricwatch.ingest.sonic import decoded
+from fabricwatch.ingest.sonic.switch import decoded
 from fabricwatch.schemas.messages import QueueProfile
 
 

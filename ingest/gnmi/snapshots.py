@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
 
-from fabricwatch.ingest.gnmi_messages import Point
+from fabricwatch.ingest.gnmi.messages import Point
 from fabricwatch.ingest.mapping import port_order, resolve, vendor_names
 from fabricwatch.schemas.messages import CounterSpec, Snapshot
 
