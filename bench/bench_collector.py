@@ -64,7 +64,9 @@ def measure(sysfs: Path, netdev: str, reader: object, polls: int, interval_s: fl
     lateness_ms: list[float] = []
     start = cpu_s()
     got = 0
-    for n, snap in enumerate(poll(sysfs, targets, interval_s, polls, "bench", reader, warn=lambda _: None)):
+    for n, snap in enumerate(
+        poll(sysfs, targets, interval_s, polls, host="bench", ethtool=reader, warn=lambda _: None)
+    ):
         got += 1
         if n % NICS == 0:
             lateness_ms.append((snap.ts_ns / 1e9 % interval_s) * 1000)

@@ -13,6 +13,16 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+WEB_PORTS = {
+    "worker": 6066,
+    "collect": 6068,
+    "collect sonic": 6069,
+    "collect gnmi": 6070,
+    "phases collect": 6071,
+    "ingest": 6072,
+}
+"""Each daemon's default port of /metrics and /healthz: one table, so that no two collide."""
+
 
 class MetricsServer:
     """Serves ``registry`` on ``/metrics`` and ``health()`` on ``/healthz`` until ``stop``."""

@@ -31,6 +31,7 @@ MAY_IMPORT = {
     "fabricwatch.ingest": {"fabricwatch.schemas"},
     "fabricwatch.detectors": {"fabricwatch.schemas"},
     "fabricwatch.streams": {"fabricwatch.schemas", "fabricwatch.detectors"},
+    "fabricwatch.collectors": {"fabricwatch.schemas", "fabricwatch.ingest", "fabricwatch.streams"},
     "fabricwatch.storage": {"fabricwatch.schemas", "fabricwatch.detectors", "fabricwatch.streams"},
     "fabricwatch.alerts": {"fabricwatch.schemas", "fabricwatch.detectors", "fabricwatch.streams"},
     "fabricwatch.dashboards": {"fabricwatch.schemas", "fabricwatch.detectors", "fabricwatch.storage"},

@@ -19,8 +19,8 @@ from fabricwatch.ingest.mapping import (
     known_sources,
     map_counters,
 )
-from fabricwatch.ingest.nic.device import SOURCE_ORDER
 from fabricwatch.ingest.nic.parsers import parse_ethtool_stats
+from fabricwatch.ingest.nic.vendors import nic_vendors
 from fabricwatch.schemas.messages import CounterSpec, Snapshot, decode, encode
 from fabricwatch.schemas.vocabulary import canonical
 
@@ -72,7 +72,7 @@ def telegraf_fields(line: str) -> dict[str, int]:
 def test_table_covers_the_sources_collectors_use():
     assert set(known_sources()) == SOURCES
     assert {row["source"] for row in table_rows()} == SOURCES
-    used = {source for sources in SOURCE_ORDER.values() for source in sources if source is not None}
+    used = {source for vendor in nic_vendors().values() for source in vendor.sources if source is not None}
     assert used <= SOURCES, "every vendor the host collector knows reads through rows of the table"
 
 

@@ -8,6 +8,7 @@ from collections import defaultdict
 
 from fabricwatch.cli import options
 from fabricwatch.cli.main import parser
+from fabricwatch.streams.metrics_server import WEB_PORTS
 
 
 def _uses() -> dict[str, list[tuple[str, argparse.Action]]]:
@@ -42,13 +43,13 @@ def test_an_option_of_two_commands_has_one_definition():
 
 
 def test_daemons_have_distinct_default_ports_and_use_the_table():
-    ports = list(options.WEB_PORTS.values())
+    ports = list(WEB_PORTS.values())
     assert len(set(ports)) == len(ports)
     uses = dict(_uses()["--web-port"])
-    assert set(uses) == set(options.WEB_PORTS)
-    assert uses["worker"].default == options.WEB_PORTS["worker"]
+    assert set(uses) == set(WEB_PORTS)
+    assert uses["worker"].default == WEB_PORTS["worker"]
     for daemon, action in uses.items():
-        assert str(options.WEB_PORTS[daemon]) in action.help, daemon
+        assert str(WEB_PORTS[daemon]) in action.help, daemon
 
 
 def test_a_required_config_does_not_claim_a_default():

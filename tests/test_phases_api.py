@@ -12,6 +12,7 @@ from streaming import Collector
 from waiting import wait_for
 
 import fabricwatch.phases as phases
+from fabricwatch.collectors import job_marks
 from fabricwatch.local.broker import free_port
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Phase, decode
@@ -46,7 +47,7 @@ def test_marks_become_phases_of_this_rank(tmp_path):
 
 
 def test_a_full_queue_drops_and_counts_instead_of_waiting(tmp_path, monkeypatch):
-    monkeypatch.setattr(phases, "QUEUE_MAX", 10)
+    monkeypatch.setattr(job_marks, "QUEUE_MAX", 10)
     phases.start(job="j", out=str(tmp_path / "m.trace"), interval_s=60)  # the thread does not drain
     for _ in range(100):
         phases.collective("AllReduce")

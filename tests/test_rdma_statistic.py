@@ -104,10 +104,10 @@ def read_once(sysfs: Path, netlink: RdmaStatistic | None) -> Snapshot:
         [NicTarget("mlx5_0", None)],
         0.1,
         1,
-        "h1",
-        None,
-        lambda _: None,
-        CollectStats(),
+        host="h1",
+        ethtool=None,
+        warn=lambda _: None,
+        stats=CollectStats(),
         rdma_statistic=(lambda: netlink) if netlink is not None else None,
     )
     return snap

@@ -10,11 +10,11 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fabricwatch.collector_metrics import CollectMetrics
+from fabricwatch.collectors.metrics import CollectMetrics
+from fabricwatch.collectors.phase_metrics import PhaseMetrics
 from fabricwatch.ingest.nic.poll import CollectStats
 from fabricwatch.ingest.phases.log_tail import TailStats
 from fabricwatch.ingest.phases.nccl_phases import ReadStats
-from fabricwatch.phase_metrics import PhaseMetrics
 from fabricwatch.streams.health import Progress
 from fabricwatch.streams.metrics_server import MetricsServer
 

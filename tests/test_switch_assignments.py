@@ -15,9 +15,9 @@ import time
 import pytest
 from waiting import wait_for
 
+from fabricwatch.collectors.switch_assignments import Assignments
 from fabricwatch.ingest.sonic.poll import SwitchTarget
 from fabricwatch.local.processes import fabricwatch_command
-from fabricwatch.switch_assignments import Assignments
 
 pytestmark = pytest.mark.integration
 SWITCHES = [f"leaf{i:02d}" for i in range(8)]
@@ -25,7 +25,7 @@ MEMBER = textwrap.dedent(
     """
     import json, sys, time
     from fabricwatch.streams.kafka_io import BrokerSettings
-    from fabricwatch.switch_assignments import Assignments
+    from fabricwatch.collectors.switch_assignments import Assignments
     member = Assignments(BrokerSettings(bootstrap=sys.argv[1]), print, session_timeout_s=10)
     while True:
         print(json.dumps(sorted(t.name for t in member.current())), flush=True)

@@ -4,28 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
-import sys
-import time
-from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fabricwatch.cli import collect_gnmi, collect_sonic, options
-from fabricwatch.cli.collect_outputs import (
-    check_destination,
-    outcomes,
-    outputs_of,
-    serve_metrics,
-    with_options,
-)
-from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import encode
+from fabricwatch.ingest.nic.vendors import vendor_help
 
 if TYPE_CHECKING:
-    from fabricwatch.ingest.lldp.lldpcli import LldpWatch
-    from fabricwatch.ingest.nic.poll import CollectSettings, NicTarget
-    from fabricwatch.streams.kafka_io import Publisher
+    from fabricwatch.ingest.nic.poll import CollectSettings
 
 HELP = "poll this host's RDMA NICs into Kafka (--broker) or a trace file (--out)"
 DESCRIPTION = """Poll this host's RDMA NICs (sysfs counters and hw_counters, plus ethtool -S for the
@@ -55,9 +41,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="DEVICE=VENDOR",
-        help="read DEVICE with VENDOR's counter map (mlx5, bnxt, irdma, x722, ionic, mlx4, or ib: the "
-        "standard InfiniBand port counters only) when its driver is not one the collector knows "
-        "(repeatable; default: from the driver)",
+        help=f"read DEVICE with VENDOR's counter map when its driver is not one the collector knows "
+        f"(repeatable; default: from the driver). VENDOR is one of {vendor_help()}",
     )
     p.add_argument("--sysfs-root", type=Path, default=None, help="where sysfs is mounted (default: /sys)")
     options.add_host(p, "in device ids (or FABRICWATCH_HOST; default: this host's)")
@@ -108,7 +93,7 @@ def settings_of(args: argparse.Namespace, environ: dict[str, str] | None = None)
         "web_bind": args.web_bind,
         "web_port": args.web_port,
     }
-    return with_options(base, flags)
+    return options.with_options(base, flags)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -120,82 +105,28 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_host(args: argparse.Namespace) -> int:
-    from fabricwatch.collector_metrics import CollectMetrics
-    from fabricwatch.ingest.nic.device import SOURCE_ORDER, ethtool_command, rdma_statistic_command
-    from fabricwatch.ingest.nic.ethtool_ioctl import EthtoolIoctl
-    from fabricwatch.ingest.nic.poll import CollectStats, discover, poll
+    from fabricwatch.collectors import nic
+    from fabricwatch.collectors.frame import Frame, Web
 
     cfg = settings_of(args)
-    bad = sorted(v for v in cfg.vendors.values() if v not in SOURCE_ORDER)
-    if bad:
-        raise ValueError(f"collect.vendors: unknown vendor {bad[0]!r}; known: {', '.join(SOURCE_ORDER)}")
-    check_destination(args)
-    sysfs = Path(cfg.sysfs_root)
-    targets = discover(sysfs, cfg.devices or None, cfg.vendors)
+    destination = options.destination(args)
+    targets = nic.check(cfg)
     stopping = options.Stopping()
-    stop = stopping.event
-    stats = CollectStats()
-    host = cfg.host or None
-    with ExitStack() as stack:
-        ethtool = {"none": None, "command": ethtool_command}.get(cfg.ethtool)
-        if cfg.ethtool == "ioctl":
-            ethtool = stack.enter_context(EthtoolIoctl()).read
-        outputs, publisher = outputs_of(args, cfg.interval_s, stack, [t.ib_dev for t in targets])
-        metrics = CollectMetrics(stats, cfg.interval_s, outcomes(publisher) if publisher else None)
-        serve_metrics(stack, metrics, cfg.web_bind, cfg.web_port, "collect", publisher, _warn)
-        lldp = _lldp(cfg, targets, publisher)
-        for snap in poll(
-            sysfs,
-            targets,
-            cfg.interval_s,
-            args.count,
-            host,
-            ethtool,
-            _warn,
-            stats,
-            stop,
-            metrics.observe_poll,
-            rdma_statistic_command if cfg.rdma_statistic else None,
-        ):
-            for put in outputs:
-                put(snap)
-            report = lldp.due(time.monotonic()) if lldp is not None else None
-            if report is not None and publisher is not None:
-                publisher.send(topics.TOPOLOGY, report.source, encode(report), report.ts_ns)
-    devices = ", ".join(t.ib_dev for t in targets)
-    print(
-        f"collected {stats.snapshots} snapshots of {devices} in {stats.polls} polls "
-        f"({stats.late_polls} late, {sum(stats.problems.values())} reads that lost something)"
-    )
+    meta = {"poll_interval_s": cfg.interval_s, "devices": [t.ib_dev for t in targets]}
+    web = Web(cfg.web_bind, cfg.web_port)
+    with Frame("collect", destination, nic.TOPICS, stopping.event, web, meta) as frame:
+        stats = nic.run(cfg, frame, targets, args.count)
+    print(nic.summary(stats, targets))
     return stopping.exit_code
 
 
-def _lldp(cfg: CollectSettings, targets: list[NicTarget], publisher: Publisher | None) -> LldpWatch | None:
-    """This host's cabling from LLDP, when publishing (a trace has no use for it)."""
-    from fabricwatch.ingest.lldp.lldpcli import LldpWatch, run_lldpcli
-
-    interval = cfg.lldp_interval_s if cfg.lldp_interval_s is not None else 30.0
-    if not interval or publisher is None:
-        return None
-    nics = {t.ib_dev: t.netdev for t in targets if t.netdev}
-    socket_path = cfg.lldp_socket or None
-    host = cfg.host or socket.gethostname()
-    return LldpWatch(host, nics, interval, _warn, read=lambda: run_lldpcli(socket_path))
-
-
 def _vendors(pairs: list[str]) -> dict[str, str]:
-    from fabricwatch.ingest.nic.device import SOURCE_ORDER
+    from fabricwatch.ingest.nic.vendors import nic_vendors, vendor_names
 
     out = {}
     for pair in pairs:
         device, sep, vendor = pair.partition("=")
-        if not sep or not device or vendor not in SOURCE_ORDER:
-            raise ValueError(
-                f"--vendor {pair}: expected DEVICE=VENDOR, VENDOR one of {', '.join(SOURCE_ORDER)}"
-            )
+        if not sep or not device or vendor not in nic_vendors():
+            raise ValueError(f"--vendor {pair}: expected DEVICE=VENDOR, VENDOR one of {vendor_names()}")
         out[device] = vendor
     return out
-
-
-def _warn(text: str) -> None:
-    print(f"fabricwatch collect: {text}", file=sys.stderr, flush=True)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
-from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 from fabricwatch.cli import options
@@ -51,7 +49,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def settings_of(args: argparse.Namespace) -> GnmiSettings:
     """The config file's ``gnmi:`` section, the options over it, ``--target``/``--name`` added."""
-    from fabricwatch.cli.collect_outputs import with_options
     from fabricwatch.ingest.gnmi.subscribe import GnmiSettings, GnmiTarget
     from fabricwatch.schemas.config import ConfigError, ConfigFile
 
@@ -79,7 +76,7 @@ def settings_of(args: argparse.Namespace) -> GnmiSettings:
         "web_bind": args.web_bind,
         "web_port": args.web_port,
     }
-    cfg = with_options(base, flags)
+    cfg = options.with_options(base, flags)
     if not cfg.targets:
         raise ConfigError(
             "no targets: give --target HOST:PORT --name NAME, or list them in the gnmi: section"
@@ -88,42 +85,15 @@ def settings_of(args: argparse.Namespace) -> GnmiSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fabricwatch.cli.collect_outputs import check_destination, outcomes, outputs_of, serve_metrics
-    from fabricwatch.collector_metrics import CollectMetrics
-    from fabricwatch.ingest.gnmi.snapshots import SnapshotAssembler
-    from fabricwatch.ingest.gnmi.subscribe import stream_targets
-    from fabricwatch.ingest.nic.poll import CollectStats, ProblemLog
+    from fabricwatch.collectors import gnmi
+    from fabricwatch.collectors.frame import Frame, Web
 
     cfg = settings_of(args)
-    check_destination(args)
+    destination = options.destination(args)
     stopping = options.Stopping()
-    stats = CollectStats()
-    assembler = SnapshotAssembler(cfg.window_s, cfg.grace_s, _warn)
-    with ExitStack() as stack:
-        outputs, publisher = outputs_of(args, cfg.interval_s, stack, [t.name for t in cfg.targets])
-        metrics = CollectMetrics(stats, cfg.interval_s, outcomes(publisher) if publisher else None)
-        serve_metrics(stack, metrics, cfg.web_bind, cfg.web_port, "collect gnmi", publisher, _warn)
-        problems = ProblemLog(stats, _warn)
-        for points in stream_targets(cfg.targets, cfg.interval_s, stopping.event, problems):
-            for snap in assembler.add(points) + assembler.due():
-                for put in outputs:
-                    put(snap)
-                stats.snapshots += 1
-                metrics.observe_poll(0.0)
-                if args.count is not None and stats.snapshots >= args.count:
-                    stopping.event.set()
-        if args.count is None or stats.snapshots < args.count:
-            for snap in assembler.close():
-                for put in outputs:
-                    put(snap)
-                stats.snapshots += 1
-    a = assembler.stats
-    print(
-        f"collected {stats.snapshots} snapshots of {len(cfg.targets)} targets from {a.points} values "
-        f"({a.late} late, {a.unknown_paths} of unknown paths, {sum(stats.problems.values())} stream problems)"
-    )
+    meta = {"poll_interval_s": cfg.interval_s, "devices": [t.name for t in cfg.targets]}
+    web = Web(cfg.web_bind, cfg.web_port)
+    with Frame("collect gnmi", destination, gnmi.TOPICS, stopping.event, web, meta) as frame:
+        done = gnmi.run(cfg, frame, args.count)
+    print(done.summary(len(cfg.targets)))
     return stopping.exit_code
-
-
-def _warn(text: str) -> None:
-    print(f"fabricwatch collect gnmi: {text}", file=sys.stderr, flush=True)

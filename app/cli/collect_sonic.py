@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import sys
-import threading
-from collections.abc import Callable
-from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 from fabricwatch.cli import options
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import encode
 
 if TYPE_CHECKING:
-    from fabricwatch.ingest.sonic.poll import SonicSettings, SwitchTarget
-    from fabricwatch.ingest.sonic.switch import SonicSwitch, SwitchStats
-    from fabricwatch.ingest.sonic.topology import TopologyWatch
-    from fabricwatch.streams.kafka_io import BrokerSettings, Publisher
-    from fabricwatch.switch_assignments import Assignments
+    from fabricwatch.ingest.sonic.poll import SonicSettings
 
 HELP = "poll SONiC switches' COUNTERS_DB (Redis) into Kafka (--broker) or a trace file (--out)"
 DESCRIPTION = """Poll SONiC switches' counters out of their Redis (COUNTERS_DB: ports, queues,
@@ -63,7 +54,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def settings_of(args: argparse.Namespace) -> SonicSettings:
     """The config file's ``sonic:`` section, with the options given on the command line over it
     and ``--redis``/``--name`` added to its switches."""
-    from fabricwatch.cli.collect_outputs import with_options
     from fabricwatch.ingest.sonic.poll import SonicSettings, SwitchTarget
     from fabricwatch.schemas.config import ConfigError, ConfigFile
 
@@ -79,122 +69,29 @@ def settings_of(args: argparse.Namespace) -> SonicSettings:
         "web_bind": args.web_bind,
         "web_port": args.web_port,
     }
-    cfg = with_options(base, flags)
+    cfg = options.with_options(base, flags)
     if not cfg.switches and not args.assigned:
         raise ConfigError("no switches: give --redis URL --name NAME, or list them in the sonic: section")
     return cfg
 
 
 def run(args: argparse.Namespace) -> int:
-    from fabricwatch.cli.collect_outputs import check_destination, outcomes, outputs_of, serve_metrics
-    from fabricwatch.collector_metrics import CollectMetrics
-    from fabricwatch.ingest.nic.poll import CollectStats
-    from fabricwatch.ingest.sonic.poll import poll_switches
+    from fabricwatch.collectors import sonic
+    from fabricwatch.collectors.frame import Frame, Web
 
     cfg = settings_of(args)
     if args.publish_switches:
-        from fabricwatch.switch_assignments import publish_switches
+        from fabricwatch.collectors.switch_assignments import publish_switches
 
         sent = publish_switches(options.broker_settings(args), cfg.switches, [])
         print(f"put {sent} of {len(cfg.switches)} switches on {topics.SWITCHES}")
         return 0 if sent == len(cfg.switches) else 1
-    check_destination(args)
+    destination = options.destination(args)
     stopping = options.Stopping()
-    stats = CollectStats()
-    switches: dict[str, SonicSwitch] = {}
-    with ExitStack() as stack:
-        stack.callback(lambda: [s.close() for s in switches.values()])
-        outputs, publisher = outputs_of(args, cfg.interval_s, stack, [s.name for s in cfg.switches])
-        published = outcomes(publisher) if publisher else None
-        switch_stats: dict[str, SwitchStats] = {}
-        metrics = CollectMetrics(stats, cfg.interval_s, published, switch_stats)
-        serve_metrics(stack, metrics, cfg.web_bind, cfg.web_port, "collect sonic", publisher, _warn)
-        lldp = _lldp(cfg, publisher, stack)
-
-        def poll(targets: list[SwitchTarget], stop: threading.Event) -> None:
-            current = [_switch(switches, t, cfg) for t in targets]
-            switch_stats.update({s.name: s.stats for s in current})
-            while not current and not stop.wait(cfg.interval_s):
-                metrics.observe_poll(0.0)  # nothing assigned yet (or more replicas than shares): healthy
-            if not current:
-                return
-            polls = poll_switches(
-                current,
-                cfg.interval_s,
-                args.count,
-                _warn,
-                stats,
-                stop,
-                metrics.observe_read,
-                metrics.observe_poll,
-            )
-            for snap in polls:
-                for put in outputs:
-                    put(snap)
-                for report in lldp.due() if lldp is not None else []:
-                    publisher.send(topics.TOPOLOGY, report.source, encode(report), report.ts_ns)
-
-        if args.assigned:
-            _assigned_rounds(options.broker_settings(args), stack, stopping.event, poll)
-        else:
-            poll(cfg.switches, stopping.event)
-    print(
-        f"collected {stats.snapshots} snapshots of {len(switches)} switches in {stats.polls} polls "
-        f"({stats.late_polls} late, {sum(stats.problems.values())} switch polls that gave nothing)"
-    )
+    meta = {"poll_interval_s": cfg.interval_s, "devices": [s.name for s in cfg.switches]}
+    web = Web(cfg.web_bind, cfg.web_port)
+    with Frame("collect sonic", destination, sonic.TOPICS, stopping.event, web, meta) as frame:
+        collect = sonic.run_assigned if args.assigned else sonic.run
+        collector = collect(cfg, frame, args.count)
+    print(collector.summary())
     return stopping.exit_code
-
-
-def _assigned_rounds(
-    settings: BrokerSettings,
-    stack: ExitStack,
-    stop: threading.Event,
-    poll: Callable[[list[SwitchTarget], threading.Event], None],
-) -> None:
-    """Poll this replica's share of the switches, a new round whenever the share changes."""
-    from fabricwatch.switch_assignments import Assignments
-
-    assignments = Assignments(settings, _warn)
-    stack.callback(assignments.close)
-    while not stop.is_set():
-        assignments.changed.clear()
-        targets = assignments.current()
-        _warn(f"assigned {len(targets)} switches: {', '.join(t.name for t in targets) or 'none yet'}")
-        round_stop = threading.Event()
-        threading.Thread(target=_until_changed, args=(assignments, stop, round_stop), daemon=True).start()
-        poll(targets, round_stop)
-
-
-def _until_changed(assignments: Assignments, stop: threading.Event, round_stop: threading.Event) -> None:
-    """End the round when the share changes or the collector stops."""
-    while not (assignments.changed.wait(0.5) or stop.is_set()):
-        continue
-    round_stop.set()
-
-
-def _switch(switches: dict[str, SonicSwitch], target: SwitchTarget, cfg: SonicSettings) -> SonicSwitch:
-    """The poller of one switch, kept across assignment rounds (its name maps and history stay)."""
-    from fabricwatch.ingest.sonic.switch import SonicSwitch
-
-    known = switches.get(target.name)
-    if known is None or known.url != target.redis:
-        known = switches[target.name] = SonicSwitch(
-            target.name, target.redis, cfg.timeout, target.config_redis, _warn
-        )
-    return known
-
-
-def _lldp(cfg: SonicSettings, publisher: Publisher | None, stack: ExitStack) -> TopologyWatch | None:
-    """The switches' LLDP neighbours, when publishing (a trace has no use for them)."""
-    from fabricwatch.ingest.sonic.topology import TopologyWatch
-
-    if not cfg.lldp_interval_s or publisher is None:
-        return None
-    switches = {s.name: s.redis for s in cfg.switches}
-    watch = TopologyWatch(switches, cfg.site, cfg.lldp_interval_s, cfg.timeout, _warn)
-    stack.callback(watch.close)
-    return watch
-
-
-def _warn(text: str) -> None:
-    print(f"fabricwatch collect sonic: {text}", file=sys.stderr, flush=True)

@@ -4,7 +4,6 @@ translated into switch snapshots on ``fabric.counters``."""
 from __future__ import annotations
 
 import argparse
-import sys
 
 from fabricwatch.cli import options
 
@@ -49,10 +48,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="publish no topology from the switches' /lldp neighbours (default: publish it)",
     )
+    options.add_web(p, "ingest")
 
 
 def run(args: argparse.Namespace) -> int:
-    from fabricwatch.gnmi_ingest import TranslateStats, translate
+    from fabricwatch.collectors import gnmi_translator
+    from fabricwatch.collectors.frame import Destination, Frame, Web
     from fabricwatch.ingest.gnmi.snapshots import SnapshotAssembler
     from fabricwatch.ingest.gnmi.subscribe import GnmiSettings
     from fabricwatch.ingest.gnmi.topology import LldpAssembler
@@ -60,40 +61,26 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.window < 60 or not 0 < args.grace < 600:
         raise ValueError("--window must be between 0 and 60 s and --grace between 0 and 600 s")
-    settings = options.broker_settings(args)
+    destination = Destination(broker=options.broker_settings(args))
     stopping = options.Stopping()
-    stop = stopping.event
-    assembler = SnapshotAssembler(args.window, args.grace, _warn)
-    topology = None
-    if not args.no_topology:
-        site = ConfigFile(args.config).section("gnmi", GnmiSettings).site if args.config else None
-        topology = LldpAssembler(site, settle_s=args.grace)
-    stats = TranslateStats()
-    group = args.group or f"fabricwatch-ingest-{args.format}"
-    publisher = translate(
-        settings,
-        args.format,
-        args.from_topic,
-        group,
-        assembler,
-        stop,
-        _warn,
-        args.from_beginning,
-        stats,
-        topology,
-    )
-    a, p = assembler.stats, publisher.stats
+    web = Web(args.web_bind or "127.0.0.1", args.web_port)
+    with Frame("ingest", destination, gnmi_translator.TOPICS, stopping.event, web) as frame:
+        assembler = SnapshotAssembler(args.window, args.grace, frame.warn)
+        topology = None
+        if not args.no_topology:
+            site = ConfigFile(args.config).section("gnmi", GnmiSettings).site if args.config else None
+            topology = LldpAssembler(site, settle_s=args.grace)
+        group = args.group or f"fabricwatch-ingest-{args.format}"
+        stats = gnmi_translator.translate(
+            frame, args.format, args.from_topic, group, assembler, args.from_beginning, topology=topology
+        )
+    a = assembler.stats
     if topology is not None and topology.stats.leaves:
         t = topology.stats
         print(f"topology: {t.reports} reports from {t.leaves} LLDP values and {t.deletes} deletes")
     print(
         f"read {stats.messages} messages ({stats.bad_messages} with problems), {a.points} values; "
-        f"sent {a.snapshots} snapshots ({p.acked} acked, {p.failed} failed, {p.dropped} dropped); "
-        f"{a.late} late, {a.duplicates} repeated, {a.unknown_paths} of unknown paths, "
-        f"{a.without_port} without an interface"
+        f"sent {a.snapshots} snapshots; {a.late} late, {a.duplicates} repeated, "
+        f"{a.unknown_paths} of unknown paths, {a.without_port} without an interface"
     )
     return stopping.exit_code
-
-
-def _warn(text: str) -> None:
-    print(f"fabricwatch ingest: {text}", file=sys.stderr, flush=True)

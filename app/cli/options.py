@@ -31,23 +31,18 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+import msgspec
+
 from fabricwatch.detectors.config import DetectorConfig, load_config
 
 if TYPE_CHECKING:
+    from fabricwatch.collectors.frame import Destination
     from fabricwatch.detectors.outliers import OutlierDetector
     from fabricwatch.streams.kafka_io import BrokerSettings
 
 
 T = TypeVar("T")
-
-WEB_PORTS = {
-    "worker": 6066,
-    "collect": 6068,
-    "collect sonic": 6069,
-    "collect gnmi": 6070,
-    "phases collect": 6071,
-}
-"""Each daemon's default port of /metrics and /healthz: one table, so that no two collide."""
+Settings = TypeVar("Settings", bound=msgspec.Struct)
 
 
 def _defined(definer: str, *actions: argparse.Action) -> None:
@@ -84,6 +79,29 @@ def add_broker(p: argparse.ArgumentParser, what: str = "Kafka bootstrap HOST:POR
             help="config file whose broker: section (SASL/TLS) to use (default: --config's file)",
         ),
     )
+
+
+def destination(args: argparse.Namespace) -> Destination:
+    """Where a collector's messages go: ``--out`` and/or the broker named by ``--broker``,
+    FABRICWATCH_BROKER or the config's ``broker:`` section."""
+    from fabricwatch.collectors.frame import Destination
+    from fabricwatch.streams.kafka_io import load_broker_settings
+
+    settings = load_broker_settings(args.broker_config or getattr(args, "config", None))
+    if args.broker:
+        settings = settings.with_bootstrap(args.broker)
+    return Destination(args.out, settings if settings.bootstrap else None)
+
+
+def with_options(base: Settings, flags: dict[str, object]) -> Settings:
+    """``base`` (a config section) with every option that was given over its key; an option out of
+    range is named as the option."""
+    from fabricwatch.schemas.config import ConfigError
+
+    try:
+        return msgspec.structs.replace(base, **{k: v for k, v in flags.items() if v is not None})
+    except ValueError as exc:
+        raise ConfigError(str(exc).replace("interval_s", "--interval")) from None
 
 
 def broker_settings(args: argparse.Namespace) -> BrokerSettings:
@@ -317,6 +335,8 @@ def add_web(
 ) -> None:
     """/metrics and /healthz (and a worker's /ready) on ``--web-bind``:``--web-port``; the port's
     default is the daemon's in ``WEB_PORTS`` (a collector's only when it publishes to a broker)."""
+    from fabricwatch.streams.metrics_server import WEB_PORTS
+
     port = WEB_PORTS[daemon]
     endpoints = "/ready, /healthz and /metrics" if daemon == "worker" else "/metrics and /healthz"
     when = ", 0 for none (default: {port} when publishing to a broker, none when only writing a trace)"

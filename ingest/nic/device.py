@@ -4,7 +4,7 @@ A RoCE NIC reports the same traffic several ways (ethtool's physical-port counte
 and congestion counters in hw_counters, the IB PMA counters in sysfs) and each source alone misses
 something: PFC and pause counters exist only in ethtool, CNP and ECN counters only in hw_counters,
 and an InfiniBand port has no netdev at all. So one snapshot combines them, with a fixed precedence
-per column (see ``SOURCE_ORDER``).
+per column (see ``nic_vendors.csv``).
 """
 
 from __future__ import annotations
@@ -21,45 +21,14 @@ from fabricwatch.ingest.nic.parsers import (
     parse_rdma_statistic,
     read_sysfs_port,
 )
+from fabricwatch.ingest.nic.vendors import nic_vendors, vendor_by_driver, vendor_by_name, vendor_names
 from fabricwatch.ingest.tools import run_tool
 from fabricwatch.schemas.messages import Snapshot
 
 ETHTOOL_TIMEOUT_S = 5.0
 
-# vendor -> (hw_counters source, ethtool source, IB PMA source). The RDMA hw_counters come first so
-# out_of_buffer is the RDMA queue counter rather than the netdev's rx_out_of_buffer; ethtool comes
-# before the IB PMA counters because its port counters are exact octets and 64-bit, where PMA error
-# counters saturate at 8 or 16 bits. "ib" is any HCA read through the standard PMA counters alone.
-# "irdma" is Intel's E810 (ice netdev), "x722" its X722 (i40e netdev, iWARP); "ionic" has no
-# hw_counters map (its RDMA counters are named by the firmware, see vendor_map.csv) and "mlx4" none
-# worth mapping (ConnectX-3 has no congestion counters).
-SOURCE_ORDER: dict[str, tuple[str | None, str | None, str]] = {
-    "mlx5": ("mlx5_hw_counters", "mlx5_ethtool", "ib_counters"),
-    "bnxt": ("bnxt_re_hw_counters", "bnxt_ethtool", "ib_counters"),
-    "irdma": ("irdma_hw_counters", "ice_ethtool", "ib_counters"),
-    "x722": ("irdma_hw_counters", "i40e_ethtool", "ib_counters"),
-    "ionic": (None, "ionic_ethtool", "ib_counters"),
-    "mlx4": (None, "mlx4_ethtool", "ib_counters"),
-    "ib": (None, None, "ib_counters"),
-}
-_DRIVER_VENDOR = {
-    "mlx5_core": "mlx5",
-    "mlx5_ib": "mlx5",
-    "bnxt_en": "bnxt",
-    "bnxt_re": "bnxt",
-    "ice": "irdma",
-    "i40e": "x722",
-    "ionic": "ionic",
-    "ionic_rdma": "ionic",
-    "mlx4_core": "mlx4",
-    "mlx4_ib": "mlx4",
-    "hfi1": "ib",
-    "qib": "ib",
-}
-"""The device's driver, or its parent's (an auxiliary RDMA device's PCI function), -> vendor."""
 _BY_PARENT = {"irdma", "i40iw"}
 """Drivers that serve two NIC families: the PCI function's driver (ice or i40e) tells which."""
-_NAME_PREFIX_VENDOR = {"mlx5": "mlx5", "bnxt_re": "bnxt", "mlx4_": "mlx4", "hfi1_": "ib", "qib": "ib"}
 
 
 class EthtoolError(RuntimeError):
@@ -116,7 +85,7 @@ def collect_nic(
 
     ``sysfs_root`` is the sysfs mount (``/sys``). ``ethtool`` is the device's parsed ``ethtool
     -S`` (or None): its counters belong to the port whose default GID is on ``netdev`` (or to the
-    only port). ``vendor`` (a key of ``SOURCE_ORDER``) decides how hw_counters and ethtool names
+    only port). ``vendor`` (a key of ``nic_vendors.csv``) decides how hw_counters and ethtool names
     are read; by default it comes from the device's driver. ``read_port`` reads one port's
     ``counters/`` and ``hw_counters/`` (a collector passes ``SysfsPorts.read``, files kept open).
     ``netlink`` is each port's hw counters as ``rdma statistic`` reads them (port number -> name ->
@@ -142,29 +111,26 @@ def collect_nic(
 
 
 def _sources(vendor: str) -> tuple[str | None, str | None, str]:
-    if vendor not in SOURCE_ORDER:
-        raise ValueError(f"unknown NIC vendor {vendor!r}; known: {', '.join(SOURCE_ORDER)}")
-    return SOURCE_ORDER[vendor]
+    if vendor not in nic_vendors():
+        raise ValueError(f"unknown NIC vendor {vendor!r}; known: {vendor_names()}")
+    return nic_vendors()[vendor].sources
 
 
 def detect_vendor(dev_dir: Path) -> str:
-    """A key of ``SOURCE_ORDER`` from the device's kernel driver (for irdma and i40iw, from the PCI
+    """A key of ``nic_vendors.csv`` from the device's kernel driver (for irdma and i40iw, from the PCI
     function's under it: ice or i40e), else from its name (mlx5_0, bnxt_re0, mlx4_0, hfi1_0)."""
     driver = dev_dir / "device" / "driver"
     name = driver.resolve().name if driver.exists() else None
     if name in _BY_PARENT:
         parent = dev_dir / "device" / ".." / "driver"
         name = parent.resolve().name if parent.exists() else name
-    by_driver = _DRIVER_VENDOR.get(name) if name is not None else None
-    if by_driver is not None:
-        return by_driver
-    for prefix, vendor in _NAME_PREFIX_VENDOR.items():
-        if dev_dir.name.startswith(prefix):
-            return vendor
+    vendor = (vendor_by_driver(name) if name is not None else None) or vendor_by_name(dev_dir.name)
+    if vendor is not None:
+        return vendor
     driver_name = driver.resolve().name if driver.exists() else "unknown"
     raise ValueError(
         f"{dev_dir.name}: no counter map for its driver ({driver_name}); name one with "
-        f"--vendor {dev_dir.name}=VENDOR, VENDOR one of {', '.join(SOURCE_ORDER)} "
+        f"--vendor {dev_dir.name}=VENDOR, VENDOR one of {vendor_names()} "
         "(ib: the standard InfiniBand port counters only)"
     )
 

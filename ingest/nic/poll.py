@@ -152,6 +152,7 @@ def poll(
     targets: list[NicTarget],
     interval_s: float,
     count: int | None,
+    *,
     host: str | None = None,
     ethtool: Callable[[str], EthtoolStats] | None = ethtool_command,
     warn: Callable[[str], None] = print,

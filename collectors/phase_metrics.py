@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from fabricwatch.collector_metrics import POLL_BUCKETS_S, Liveness
+from fabricwatch.collectors.metrics import POLL_BUCKETS_S, Liveness
 from fabricwatch.ingest.phases.log_tail import TailStats
 from fabricwatch.ingest.phases.nccl_phases import ReadStats
 

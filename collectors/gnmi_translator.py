@@ -18,19 +18,20 @@ topology report on ``fabric.topology`` (``ingest/gnmi/topology.py``), keyed by `
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fabricwatch.collectors.frame import Frame
+from fabricwatch.collectors.metrics import TranslateMetrics
 from fabricwatch.ingest.gnmi.messages import Format, parse_message
 from fabricwatch.ingest.gnmi.snapshots import SnapshotAssembler
 from fabricwatch.ingest.gnmi.topology import LldpAssembler
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import Snapshot, encode
-from fabricwatch.streams.kafka_io import BrokerSettings, Publisher, ensure_topics
+from fabricwatch.schemas.messages import Snapshot
 
 COMMIT_EVERY_S = 1.0
+TOPICS = (topics.COUNTERS, topics.TOPOLOGY)
 
 
 @dataclass
@@ -41,23 +42,23 @@ class TranslateStats:
 
 
 def translate(
-    settings: BrokerSettings,
+    frame: Frame,
     fmt: Format,
     from_topic: str,
     group: str,
     assembler: SnapshotAssembler,
-    stop: threading.Event,
-    warn: Callable[[str], None] = print,
     from_beginning: bool = False,
     stats: TranslateStats | None = None,
     topology: LldpAssembler | None = None,
-) -> Publisher:
-    """Translate until ``stop`` is set; the samples still open then are sent. Returns the closed
-    publisher (its stats say what was sent). With ``topology``, LLDP neighbours become reports."""
+) -> TranslateStats:
+    """Translate until ``frame.stop`` is set; the samples still open then are sent. With
+    ``topology``, LLDP neighbours become reports."""
     from kafka import KafkaConsumer
 
+    settings, publisher = frame.destination.broker, frame.publisher
+    if settings is None or publisher is None:
+        raise ValueError("the translator reads and writes a broker: give --broker HOST:PORT")
     stats = stats if stats is not None else TranslateStats()
-    ensure_topics(settings, [topics.COUNTERS, topics.TOPOLOGY])
     consumer = KafkaConsumer(
         from_topic,
         **settings.kafka_kwargs(),
@@ -65,31 +66,33 @@ def translate(
         enable_auto_commit=False,
         auto_offset_reset="earliest" if from_beginning else "latest",
     )
-    publisher = Publisher(settings)
     said: set[str] = set()
+    metrics = TranslateMetrics(lambda: _counts(stats, assembler), frame.published)
+    frame.serve(metrics.registry, metrics.health)
 
     def send(snaps: list[Snapshot]) -> None:
         for snap in snaps:
-            publisher.send(topics.COUNTERS, snap.device, encode(snap), snap.ts_ns)
+            frame.put(topics.COUNTERS, snap.device, snap, snap.ts_ns)
         if topology is not None:
             topology.seen(snap.device for snap in snaps)
             for report in topology.due():
-                publisher.send(topics.TOPOLOGY, report.source, encode(report), report.ts_ns)
+                frame.put(topics.TOPOLOGY, report.source, report, report.ts_ns)
 
     try:
         committed = time.monotonic()
-        while not stop.is_set():
+        while not frame.stop.is_set():
             for records in consumer.poll(timeout_ms=200, max_records=5000).values():
                 for record in records:
                     stats.messages += 1
                     parsed = parse_message(fmt, record.value or b"")
                     if parsed.problems:
                         stats.bad_messages += 1
-                        _count(stats, parsed.problems, said, warn)
+                        _count(stats, parsed.problems, said, frame.warn)
                     if topology is not None and parsed.texts:
                         topology.add(parsed.texts)
                     send(assembler.add(parsed.points))
             send(assembler.due())
+            metrics.read_done()
             if time.monotonic() - committed >= COMMIT_EVERY_S:
                 publisher.flush()
                 consumer.commit()
@@ -99,8 +102,19 @@ def translate(
         consumer.commit()
     finally:
         consumer.close(autocommit=False)
-        publisher.close()
-    return publisher
+    return stats
+
+
+def _counts(stats: TranslateStats, assembler: SnapshotAssembler) -> dict[str, int]:
+    a = assembler.stats
+    return {
+        "messages": stats.messages,
+        "bad_messages": stats.bad_messages,
+        "values": a.points,
+        "snapshots": a.snapshots,
+        "late_values": a.late,
+        "unknown_paths": a.unknown_paths,
+    }
 
 
 def _count(stats: TranslateStats, problems: list[str], said: set[str], warn: Callable[[str], None]) -> None:

@@ -132,3 +132,39 @@ class _SwitchCollector:
             for switch, stats in sorted(self._switches.items()):
                 family.add_metric([switch], getattr(stats, name))
             yield family
+
+
+class TranslateMetrics:
+    """A prometheus-client registry for one gNMI translator (``fabricwatch ingest``): what it read
+    and sent, counted at scrape time; healthy while its reads of the topic keep returning."""
+
+    def __init__(
+        self,
+        counts: Callable[[], dict[str, int]],
+        published: Callable[[], dict[str, int]],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        from prometheus_client import CollectorRegistry
+
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_TranslateCollector(counts, published))
+        self._liveness = Liveness("read of the topic", 1.0, clock)
+        self.health = self._liveness.health
+        self.read_done = self._liveness.done
+
+
+class _TranslateCollector:
+    def __init__(self, counts: Callable[[], dict[str, int]], published: Callable[[], dict[str, int]]) -> None:
+        self._counts, self._published = counts, published
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        for name, value in self._counts().items():
+            yield CounterMetricFamily(f"fabricwatch_ingest_{name}", f"The translator's {name}", value=value)
+        messages = CounterMetricFamily(
+            "fabricwatch_ingest_published", "Snapshots handed to the broker, by outcome", labels=["outcome"]
+        )
+        for outcome, n in self._published().items():
+            messages.add_metric([outcome], n)
+        yield messages
