@@ -24,19 +24,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import streaming
+from helpers import streaming
+from helpers.paths import FIXTURES, ROOT, SCENARIOS
 
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.detectors.summary import summarise
 from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.ingest.simulator.ttar import extract_ttar
 from fabricwatch.local.broker import EmbeddedBroker
 from fabricwatch.local.clickhouse_server import LocalClickHouse, server_binary
 from fabricwatch.local.workers import WorkerProcess
 from fabricwatch.replay import replay_trace
 from fabricwatch.streams.kafka_io import BrokerSettings, ensure_topics
 
-ROOT = Path(__file__).resolve().parent.parent
-SCENARIOS = ROOT / "scenarios"
 _databases = itertools.count()
 _PROCESS_FIXTURES = {
     "broker",
@@ -50,10 +50,23 @@ _PROCESS_FIXTURES = {
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that starts a broker or a ClickHouse server is an integration test."""
+    """Two reasons a test is not in the fast loop, marked apart so either can be chosen: it starts
+    real processes (``processes``: a broker, a ClickHouse or Redis server, workers, a venv), by the
+    fixtures it uses or in its module; or it takes long in one process (``slow``: whole scenarios
+    replayed, a store filled). Both are ``integration``, which ``-m "not integration"`` leaves out."""
     for item in items:
         if _PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.processes)
+        if item.get_closest_marker("processes") or item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture
+def sysfs(tmp_path: Path) -> Path:
+    """The procfs project's /sys tree of one NIC (mlx5_0, MT4118, one InfiniBand port), rebuilt on
+    disk from ``fixtures/`` (source in ``fixtures/SOURCES.md``)."""
+    extract_ttar(FIXTURES / "sysfs_infiniband_mlx5_0_counters_hw_counters_procfs_fixture.ttar", tmp_path)
+    return tmp_path / "fixtures" / "sys"
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The house rules of docs/architecture.md, checked on the source: who may import whom, no import
 loops, a core free of Kafka, Faust, ClickHouse and HTTP, every package folder installed, one copy
-of every file (no symlinks)."""
+of every file (no symlinks), tests that mirror the rooms, collectors on one frame."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import subprocess
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers.paths import ROOT
 
 ROOMS = {
     "fabricwatch.schemas": "schemas",
     "fabricwatch.ingest": "ingest",
+    "fabricwatch.collectors": "collectors",
     "fabricwatch.detectors": "detectors",
     "fabricwatch.streams": "streams",
     "fabricwatch.storage": "storage",
@@ -249,3 +250,57 @@ def test_every_library_the_package_imports_is_declared():
             if not owners & declared:
                 missing.add(f"{top} ({', '.join(sorted(owners))}), imported by {path.relative_to(ROOT)}")
     assert not missing, "imported but not in pyproject.toml's dependencies:\n" + "\n".join(sorted(missing))
+
+
+def test_tests_mirror_the_rooms_and_import_no_other_test_module():
+    """A room's tests are in ``tests/<room>/`` (this file, about every room, is the one at the top);
+    what tests share is in ``tests/helpers/``, never imported from another test module."""
+    tests = ROOT / "tests"
+    misplaced = [
+        str(path.relative_to(tests))
+        for path in tests.rglob("test_*.py")
+        if (path.parent == tests and path.name != "test_architecture.py")
+        or (path.parent != tests and path.parent.name not in set(ROOMS.values()))
+    ]
+    assert not misplaced, f"tests outside tests/<room>/: {misplaced}"
+    borrowing = [
+        f"{path.relative_to(tests)}: {target}"
+        for path in tests.rglob("*.py")
+        for target in _imports("", path)
+        if target.split(".")[0].startswith("test_") or target.split(".")[0] == "conftest"
+    ]
+    assert not borrowing, (
+        "test modules importing others (put what is shared in tests/helpers/):\n" + "\n".join(borrowing)
+    )
+
+
+COLLECTING = ("collect", "phases", "ingest")
+"""The command modules of collectors."""
+
+
+def test_no_daemon_loop_in_the_command_line_and_no_collector_in_the_app_root():
+    """The command line parses options and calls a collector; collectors run on
+    ``collectors/frame.py``, which alone opens their trace writers and publishers."""
+    cli = ROOT / "app" / "cli"
+    looping = [
+        f"{path.name}: {needle}"
+        for path in sorted(cli.glob("*.py"))
+        for needle in ("TraceWriter(", "Publisher(", "MetricsServer(", "while not ")
+        if needle in path.read_text(encoding="utf-8")
+        and path.name.startswith(("collect", "phases", "ingest"))
+    ]
+    assert not looping, f"collector runtime in app/cli: {looping}"
+    own_outputs = [
+        path.name
+        for path in sorted((ROOT / "collectors").glob("*.py"))
+        if path.name not in ("frame.py", "job_marks.py", "switch_assignments.py")
+        and any(n in path.read_text(encoding="utf-8") for n in ("Publisher(", "MetricsServer("))
+    ]
+    assert not own_outputs, f"collectors opening their own publisher or web server: {own_outputs}"
+    in_root = {p.stem for p in (ROOT / "app").glob("*.py")} & {
+        "collector_metrics",
+        "phase_metrics",
+        "gnmi_ingest",
+        "switch_assignments",
+    }
+    assert not in_root, f"collector runtime in the app root: {sorted(in_root)}"

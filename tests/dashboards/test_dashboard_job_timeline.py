@@ -1,0 +1,64 @@
+"""The job-timeline dashboard on the demo's store plus one job whose NCCL INIT lines were read (the
+real nccl-tests#350 log and its peer's mirror image); ``test_dashboards.py`` checks it on the demo
+alone, whose simulated jobs publish graphs made from their flows."""
+
+from __future__ import annotations
+
+import pytest
+from helpers.comm_graphs import stored_gather
+from helpers.dashboard_queries import (
+    DASHBOARDS,
+    INTERVAL_S,
+    queries,
+    resolve_variables,
+    run_panel,
+    stored_span,
+)
+from helpers.replayed_store import replay_into_store
+
+from fabricwatch.dashboards.macros import QueryContext, expand
+from fabricwatch.storage.queries import host_pairs_sql
+from fabricwatch.storage.sink import Sink
+
+pytestmark = pytest.mark.slow  # a replayed store in embedded ClickHouse
+UID = "fw-job-timeline"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    filled, _ = replay_into_store("demo", tmp_path_factory.mktemp("job-timeline"))
+    lo = int(filled.query("SELECT min(begin_ns) FROM phases")[0][0])
+    with Sink(filled) as sink:
+        for msg in stored_gather(lo):
+            sink.add(msg)
+    yield filled
+    filled.close()
+
+
+def test_every_panel_has_rows_with_all_jobs_selected(store):
+    span = stored_span(store)
+    chosen, options = resolve_variables(store, DASHBOARDS[UID], span, pick_all=True)
+    assert "gather" in options["job"] and "moe-b" in options["job"]
+    ctx = QueryContext(*span, INTERVAL_S, chosen, options)
+    empty = [title for title, sql in queries(DASHBOARDS[UID]) if not store.query(expand(sql, ctx))]
+    assert not empty, f"no rows from {empty}"
+
+
+def test_the_host_pairs_are_the_graph_s_counted_once_as_the_report_counts_them(store):
+    rows = run_panel(store, stored_span(store), UID, _title("Host pairs"), job=["gather"])
+    assert rows == [("gather", "n013", "n014", 2), ("gather", "n014", "n013", 4)]
+    (panel,) = [p for p in DASHBOARDS[UID]["panels"] if p["title"] == _title("Host pairs")]
+    assert panel["targets"][0]["rawSql"] == host_pairs_sql("$__conditionalAll(job IN ($job), $job)").strip()
+
+
+def test_the_incast_job_s_ports_include_the_victim_port_and_its_reduce_runs(store):
+    span = stored_span(store)
+    ports = run_panel(store, span, UID, _title("Utilisation"), job=["moe-b"])
+    assert "leaf01:Ethernet8" in {r[1] for r in ports}, "the incast's root faces a host of moe-b"
+    running = run_panel(store, span, UID, _title("Collectives"), job=["moe-b"])
+    assert any(r[1].startswith("moe-b Reduce ") and r[2] == 1 for r in running)
+
+
+def _title(prefix: str) -> str:
+    (title,) = [p["title"] for p in DASHBOARDS[UID]["panels"] if p["title"].startswith(prefix)]
+    return title

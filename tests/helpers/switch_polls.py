@@ -1,0 +1,98 @@
+"""Switch polls built by hand for the detectors' tests: a switch whose ports' counters move as a test says,
+a storm, an incast, an ECMP group."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fabricwatch.detectors.stage1 import Stage1
+from fabricwatch.schemas.messages import (
+    CounterSpec,
+    Device,
+    EcmpGroup,
+    Snapshot,
+    Topology,
+)
+
+T0 = 1_800_000_000_000_000_000
+
+LINE_Bps = 400e9 / 8
+
+COLS = [
+    CounterSpec("tx_bytes"),
+    CounterSpec("rx_bytes"),
+    CounterSpec("rx_pfc_frames", index=3),
+    CounterSpec("rx_pfc_duration_us", index=3),
+    CounterSpec("tx_pfc_frames", index=3),
+    CounterSpec("queue_tx_bytes", index=3),
+    CounterSpec("queue_ecn_marked_packets", index=3),
+    CounterSpec("queue_drops", index=3),
+    CounterSpec("queue_occupancy_bytes", kind="gauge", index=3),
+    CounterSpec("queue_watermark_bytes", kind="watermark", index=3),
+]
+
+RATE_COLS = 8  # the first eight are counters; the last two are read as they are
+
+
+class Switch:
+    """Cumulative counters of one switch, advanced by per-second rates for each interval."""
+
+    def __init__(self, device: str, ports: list[str]) -> None:
+        self.device, self.ports = device, ports
+        self.raw = np.full((len(ports), len(COLS)), 10**9, dtype=np.float64)
+        self.ts = T0
+
+    def poll(self, dt_s: float, **per_port: dict[str, float]) -> Snapshot:
+        """``per_port[col_name] = {port: value}``: rates for counters, levels for gauges/watermarks."""
+        rates = np.zeros_like(self.raw)
+        for name, values in per_port.items():
+            j = next(i for i, c in enumerate(COLS) if c.name == name)
+            for port, v in values.items():
+                rates[self.ports.index(port), j] = v
+        self.raw[:, :RATE_COLS] += rates[:, :RATE_COLS] * dt_s
+        self.raw[:, RATE_COLS:] = rates[:, RATE_COLS:]
+        self.ts += int(dt_s * 1e9)
+        return Snapshot(
+            device=self.device,
+            device_kind="switch",
+            ts_ns=self.ts,
+            counters=COLS,
+            ports=self.ports,
+            values=self.raw.astype(np.uint64).tolist(),
+        )
+
+
+def storm(port: str) -> dict:
+    return {
+        "rx_pfc_frames": {port: 20_000},
+        "rx_pfc_duration_us": {port: 1e6},
+        "queue_occupancy_bytes": {port: 2e6},
+        "queue_watermark_bytes": {port: 2e6},
+    }
+
+
+def run(stage: Stage1, snaps: list[Snapshot]) -> list[list]:
+    return [stage.process(s)[1] for s in snaps]
+
+
+def incast(port: str, feeders: list[str], watermark: float = 1.5e6) -> dict:
+    return {
+        "tx_bytes": {port: 0.98 * LINE_Bps},
+        "queue_tx_bytes": {port: 0.98 * LINE_Bps},
+        "rx_bytes": {f: 0.98 * LINE_Bps / len(feeders) * 1.5 for f in feeders},
+        "queue_ecn_marked_packets": {port: 3e5},
+        "queue_watermark_bytes": {port: watermark},
+        "queue_occupancy_bytes": {port: watermark * 0.8},
+    }
+
+
+PORTS = [f"Ethernet{8 * i}" for i in range(6)]
+
+
+def ecmp_topology(uplinks: list[str]) -> Topology:
+    return Topology(
+        ts_ns=T0,
+        devices=[Device("leaf0", "leaf")],
+        links=[],
+        ecmp_groups=[EcmpGroup("leaf0/uplinks", "leaf0", uplinks, "spines")],
+    )

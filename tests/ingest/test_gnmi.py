@@ -1,0 +1,196 @@
+"""gNMI telemetry from gnmic (event and json formats) and Telegraf (json serializer) into switch
+snapshots: real samples, generated messages of the same shapes, and what goes wrong in streams
+(interleaved devices, repeated and late updates, a device that stops, garbage)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from helpers.paths import FIXTURES
+from helpers.snapshots import Clock, cell
+
+from fabricwatch.detectors.rates import RateEngine
+from fabricwatch.ingest.gnmi.messages import parse_message, split_path
+from fabricwatch.ingest.gnmi.snapshots import SnapshotAssembler
+
+T0 = 1_795_000_000_000_000_000
+OC = "/interfaces/interface/state/counters"
+QUEUE = "/qos/interfaces/interface/output/queues/queue/state"
+
+
+def event(source: str, ts_ns: int, path: str, value, **tags) -> dict:
+    """One gnmic event-format message, as its Kafka output writes it."""
+    return {"name": "sub1", "timestamp": ts_ns, "tags": {"source": source, **tags}, "values": {path: value}}
+
+
+def assembled(
+    fmt: str, messages: list, said: list | None = None, clock=None
+) -> tuple[list, SnapshotAssembler]:
+    assembler = SnapshotAssembler(warn=(said if said is not None else []).append, clock=clock or Clock())
+    snaps = []
+    for msg in messages:
+        parsed = parse_message(fmt, json.dumps(msg).encode())
+        snaps += assembler.add(parsed.points)
+    return snaps + assembler.close(), assembler
+
+
+def telegraf_json(line: str) -> dict:
+    """An influx line-protocol line as Telegraf's JSON serializer writes the same metric."""
+    head, fields, ts = line.split(" ")
+    name, *tags = head.split(",")
+    return {
+        "fields": {k: int(v.rstrip("i")) for k, v in (f.split("=") for f in fields.split(","))},
+        "name": name,
+        "tags": dict(t.split("=", 1) for t in tags),
+        "timestamp": int(ts) // 10**9,
+    }
+
+
+def test_paths_lose_their_keys_origin_and_module_prefixes():
+    path = "openconfig:/interfaces/interface[name=Ethernet1/1]/openconfig-if-ethernet:ethernet/state"
+    assert split_path(path) == ("/interfaces/interface/ethernet/state", {"interface_name": "Ethernet1/1"})
+
+
+def test_gnmic_event_sample_of_an_sr_linux_interface():
+    events = json.loads((FIXTURES / "gnmic_event_format_srl_interface_stats_docs.json").read_text())
+    said: list[str] = []
+    snaps, assembler = assembled("gnmic", [events], said)
+    (snap,) = snaps
+    assert (snap.device, snap.ports, snap.ts_ns) == ("clab-traps-srl1", ["mgmt0"], 1710890476202665500)
+    assert cell(snap, "mgmt0", "rx_bytes") == 35284165
+    assert cell(snap, "mgmt0", "tx_bytes") == 219527024
+    assert cell(snap, "mgmt0", "rx_discards") == 6377
+    assert cell(snap, "mgmt0", "rx_errors") == 128
+    assert assembler.stats.unknown_paths == 9  # totals, broadcast, multicast, mirror, carrier: not ours
+    assert len(said) == 9  # each said once
+
+
+def test_telegraf_json_of_a_juniper_router_maps_leaves_under_the_subscription_path():
+    lines = (FIXTURES / "telegraf_gnmi_ifcounters_juniper_issue11778.txt").read_text().splitlines()
+    snaps, _ = assembled("telegraf", [telegraf_json(line) for line in lines])
+    (snap,) = snaps
+    assert snap.device == "1.1.1.10" and snap.ts_ns == 1662597699 * 10**9
+    assert snap.ports == ["et-0/1/0", "xe-0/1/10:0", "xe-0/1/11:0"]  # 10:3 has no counter of ours
+    assert cell(snap, "et-0/1/0", "rx_bytes") == 1078808561883764
+    assert cell(snap, "et-0/1/0", "tx_packets") == 8787288387003
+    assert cell(snap, "xe-0/1/11:0", "tx_bytes") == 66215
+    assert cell(snap, "xe-0/1/11:0", "rx_bytes") is None  # not in that line: unknown, not 0
+
+
+def test_telegraf_batches_and_millisecond_timestamps():
+    metric = {
+        "name": "ifcounters",
+        "tags": {"source": "leaf1:6030", "name": "Ethernet8"},
+        "fields": {"out_octets": 5},
+    }
+    batch = {"metrics": [{**metric, "timestamp": 1_795_000_000_123}]}
+    snaps, _ = assembled("telegraf", [batch])
+    assert snaps[0].device == "leaf1" and snaps[0].ts_ns == 1_795_000_000_123 * 10**6
+    assert cell(snaps[0], "Ethernet8", "tx_bytes") == 5
+
+
+def test_gnmic_json_format_with_a_prefix_and_a_json_ietf_container():
+    scalar = {
+        "source": "spine1:57400",
+        "subscription-name": "counters",
+        "timestamp": T0,
+        "time": "2026-11-18T10:13:20+00:00",
+        "prefix": "openconfig:interfaces/interface[name=Ethernet1/1]/state/counters",
+        "updates": [{"Path": "in-octets", "values": {"in-octets": "671552"}}],
+    }
+    container = {
+        **scalar,
+        "prefix": "",
+        "updates": [
+            {
+                "Path": "interfaces/interface[name=Ethernet2/1]/state",
+                "values": {
+                    "interfaces/interface/state": {
+                        "openconfig-interfaces:counters": {"out-octets": "9000", "in-errors": "2"},
+                        "openconfig-interfaces:description": "to leaf7",
+                    }
+                },
+            }
+        ],
+    }
+    snaps, _ = assembled("gnmic", [scalar, container])
+    (snap,) = snaps
+    assert snap.device == "spine1"
+    assert cell(snap, "Ethernet1/1", "rx_bytes") == 671552
+    assert cell(snap, "Ethernet2/1", "tx_bytes") == 9000 and cell(snap, "Ethernet2/1", "rx_errors") == 2
+
+
+def test_queue_counters_take_their_index_from_the_queue_name():
+    keys = {"interface_interface-id": "Ethernet8", "queue_name": "UC3"}
+    snaps, _ = assembled("gnmic", [[event("leaf1", T0, f"{QUEUE}/ecn-marked-pkts", 77, **keys)]])
+    assert cell(snaps[0], "Ethernet8", "queue_ecn_marked_packets", 3) == 77
+
+
+def test_interleaved_devices_repeats_late_updates_and_a_device_that_stops():
+    clock = Clock()
+    said: list[str] = []
+    messages = []
+    for i in range(4):
+        ts = T0 + i * 10**9
+        for dev in ("leaf1", "leaf2"):
+            if dev == "leaf2" and i == 3:
+                continue  # leaf2 stops
+            messages.append([event(dev, ts + 1000, f"{OC}/in-octets", 1000 * i, interface_name="Ethernet0")])
+            messages.append([event(dev, ts + 2000, f"{OC}/out-octets", 2000 * i, interface_name="Ethernet0")])
+        messages.append([event("leaf1", ts + 2000, f"{OC}/out-octets", 2000 * i, interface_name="Ethernet0")])
+    messages.append([event("leaf1", T0 + 10**9, f"{OC}/in-octets", 1, interface_name="Ethernet0")])  # late
+    assembler = SnapshotAssembler(warn=said.append, clock=clock)
+    snaps = []
+    for msg in messages:
+        snaps += assembler.add(parse_message("gnmic", json.dumps(msg).encode()).points)
+    clock.now = 5.0
+    snaps += assembler.due()  # leaf2's last sample waits no longer than the grace period
+    snaps += assembler.close()
+    by_device = {d: [s for s in snaps if s.device == d] for d in ("leaf1", "leaf2")}
+    assert len(by_device["leaf1"]) == 4 and len(by_device["leaf2"]) == 3
+    assert [cell(s, "Ethernet0", "rx_bytes") for s in by_device["leaf2"]] == [0, 1000, 2000]
+    assert assembler.stats.duplicates == 4 and assembler.stats.late == 1
+    assert assembler.stats.closed_by_grace >= 1
+
+
+def test_rates_of_assembled_snapshots_equal_the_counters_deltas_and_a_missing_leaf_is_unknown():
+    messages = []
+    for i in range(5):
+        ts = T0 + i * 10**9
+        messages.append([event("leaf1", ts, f"{OC}/out-octets", 125_000_000 * i, interface_name="Ethernet4")])
+        if i != 2:  # one sample lacks this leaf
+            messages.append([event("leaf1", ts, f"{OC}/in-octets", 50_000 * i, interface_name="Ethernet4")])
+    snaps, _ = assembled("gnmic", messages)
+    engine = RateEngine()
+    frames = [f for f in (engine.update(s) for s in snaps) if f is not None]
+    tx = [f.values[0, f.layout.col("tx_bytes")] for f in frames]
+    rx = [f.values[0, f.layout.col("rx_bytes")] for f in frames]
+    assert tx == [125_000_000.0] * 4
+    assert rx[0] == 50_000.0 and math.isnan(rx[1]) and rx[2] == pytest.approx(50_000.0) and rx[3] == 50_000.0
+
+
+@pytest.mark.parametrize(
+    ("fmt", "raw", "problem"),
+    [
+        ("gnmic", b'{"name": "s", "tags": {"source": "a"}, "values": {"/x": 1}}', "without a timestamp"),
+        ("gnmic", b'[{"timestamp": 5, "values": {"/x": 1}}]', "without a source"),
+        ("telegraf", b'{"fields": {"in_octets": 1}, "tags": {"source": "a"}}', "without a timestamp"),
+        ("gnmic", b"\xff\xfe", "not JSON"),
+        ("telegraf", b"[1, 2]", "expected an object"),
+    ],
+)
+def test_bad_messages_give_problems_never_an_exception(fmt, raw, problem):
+    parsed = parse_message(fmt, raw)
+    assert parsed.points == [] and any(problem in p for p in parsed.problems)
+
+
+def test_values_that_are_not_counters_are_left_out():
+    msg = [
+        event("leaf1", T0, f"{OC}/in-octets", "12abc", interface_name="Ethernet0"),
+        event("leaf1", T0, f"{OC}/out-octets", -5, interface_name="Ethernet0"),
+        event("leaf1", T0, f"{OC}/in-errors", True, interface_name="Ethernet0"),
+        event("leaf1", T0, f"{OC}/out-errors", "3", interface_name="Ethernet0"),
+    ]
+    assert [p.value for p in parse_message("gnmic", json.dumps(msg).encode()).points] == [3]

@@ -1,0 +1,156 @@
+"""The streaming stages without a broker: whatever order partitions arrive in, the anomalies match
+the in-process pipeline's."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from helpers.stages import in_process, streamed
+
+from fabricwatch.detectors.config import DetectorConfig
+from fabricwatch.detectors.ticks import Ticker
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import (
+    Symptom,
+    Topology,
+    Watermark,
+    decode,
+    decode_rates,
+    encode,
+)
+from fabricwatch.schemas.trace import TraceReader
+from fabricwatch.streams.stages import Stage1Worker, Stage2Worker
+
+pytestmark = pytest.mark.slow  # whole scenarios through both stages
+
+
+@pytest.mark.parametrize(("batch", "order"), [(1, "time"), (500, "time"), (500, "partition by partition")])
+def test_streamed_stages_fire_what_the_pipeline_fires(demo_trace, batch, order):
+    expected = in_process(demo_trace)
+    got, stage2 = streamed(demo_trace, batch, order)
+    firing = [e for e in expected if e[1] == "firing"]
+    assert firing and [e for e in got if e[1] == "firing"] == firing
+    assert [e for e in got if e[1] == "resolved"] == [e for e in expected if e[1] == "resolved"]
+    assert stage2.held == 0
+
+
+def test_a_stalled_partition_holds_symptoms_until_its_watermark_passes():
+    stage2 = Stage2Worker(DetectorConfig(), stall_after_s=30)
+    mark = lambda src, ts, caught_up=False: encode(Watermark(src, ts, caught_up))  # noqa: E731
+    symptom = encode(Symptom("pfc_storm", "leaf00", ts_ns=10_000, start_ns=10_000, port="Ethernet0"))
+    stage2.feed(mark("a", 5_000), now=0.0)
+    stage2.feed(mark("b", 5_000), now=0.0)
+    stage2.feed(mark("a", 20_000), now=1.0)
+    stage2.feed(symptom, now=1.0)
+    assert stage2.held == 1  # partition b has not reached 10_000 yet: b's symptoms may be on the way
+    stage2.advance(now=20.0)
+    assert stage2.held == 1  # b's worker may be dead: wait for the takeover, up to stall_after_s
+    stage2.advance(now=40.0)
+    assert stage2.held == 0  # b made no progress for 30 s: stop waiting
+
+
+def test_a_caught_up_partition_holds_nothing_back_while_its_worker_says_so():
+    stage2 = Stage2Worker(DetectorConfig(), heartbeat_s=2)
+    symptom = encode(Symptom("pfc_storm", "leaf00", ts_ns=10_000, start_ns=10_000, port="Ethernet0"))
+    stage2.feed(encode(Watermark("a", 20_000)), now=0.0)
+    stage2.feed(encode(Watermark("b", 5_000, caught_up=True)), now=0.0)
+    stage2.feed(symptom, now=0.5)
+    assert stage2.held == 0
+
+
+def test_a_caught_up_partition_behind_the_others_holds_their_symptoms_until_it_moves_or_goes_quiet():
+    """Read to its end is a claim about the moment the worker asked: the producer may still hold
+    the partition's next records while other partitions have moved past them."""
+    stage2 = Stage2Worker(DetectorConfig(), heartbeat_s=2, quiet_after_s=2)
+    s = 1_000_000_000
+    symptom = encode(Symptom("pfc_storm", "leaf00", ts_ns=60 * s, start_ns=60 * s, port="Ethernet0"))
+    stage2.feed(encode(Watermark("nic", 50 * s, caught_up=True)), now=0.0)
+    stage2.feed(encode(Watermark("leaf", 61 * s, caught_up=True)), now=0.0)
+    stage2.feed(symptom, now=0.1)
+    assert stage2.held == 1  # the NIC's records of 50-60 s may still be on their way
+    stage2.feed(encode(Watermark("nic", 55 * s, caught_up=True)), now=0.5)
+    assert stage2.held == 1
+    stage2.feed(encode(Watermark("nic", 60 * s, caught_up=True)), now=0.6)
+    assert stage2.held == 0
+    stage2.feed(symptom, now=0.7)  # behind the released time: taken at once
+    assert stage2.held == 0
+
+
+def test_a_caught_up_partition_that_went_quiet_stops_holding_the_others_back():
+    stage2 = Stage2Worker(DetectorConfig(), heartbeat_s=2, quiet_after_s=2)
+    s = 1_000_000_000
+    stage2.feed(encode(Watermark("gone", 50 * s, caught_up=True)), now=0.0)
+    stage2.feed(encode(Watermark("live", 61 * s, caught_up=True)), now=0.0)
+    symptom = Symptom("pfc_storm", "leaf00", ts_ns=60 * s, start_ns=60 * s, port="Ethernet0")
+    stage2.feed(encode(symptom), now=0.1)
+    stage2.feed(encode(Watermark("gone", 50 * s, caught_up=True)), now=1.5)
+    assert stage2.held == 1
+    stage2.feed(encode(Watermark("gone", 50 * s, caught_up=True)), now=2.1)  # unmoved for 2 s: quiet
+    assert stage2.held == 0
+
+
+DEEP_FIELD = b'"extra":' + b"[" * 3000 + b"]" * 3000
+"""An unknown field 6 KB long nested 3,000 deep: more than the decoder's stack takes."""
+DEEP = b'{"type":"snapshot",' + DEEP_FIELD + b"}"
+
+
+def test_bad_symptom_messages_are_rejected_with_a_reason():
+    stage2 = Stage2Worker(DetectorConfig())
+    assert stage2.feed(b"{", now=0.0)[1].startswith("not valid JSON")
+    assert stage2.feed(b"", now=0.0)[1] == "empty message"
+    assert "Expected" in stage2.feed(b'{"type":"symptom","kind":1}', now=0.0)[1]
+    deep_symptom = b'{"type":"symptom",' + DEEP_FIELD + b"}"
+    assert stage2.feed(deep_symptom, now=0.0)[1] == "not valid JSON: nested too deeply"
+
+
+def test_stage1_rejects_oversized_and_malformed_snapshots_and_goes_on(demo_trace):
+    stage1 = Stage1Worker(DetectorConfig(), max_message_bytes=100_000)
+    with TraceReader(demo_trace) as reader:
+        good = next(r.value() for r in reader if r.topic == topics.COUNTERS)
+    out = stage1.process([b"x" * 100_001, b'{"type":"snapshot"}', DEEP, good], ["c/0"] * 4)
+    assert [r.index for r in out.rejected] == [0, 1, 2]
+    assert out.rejected[2].reason == "not valid JSON: nested too deeply"
+    assert out.rejected[0].reason == "oversized: 100001 bytes > limit 100000"
+    assert "missing required field" in out.rejected[1].reason
+    assert out.values > 0
+
+
+def test_ticker_evaluates_before_the_record_that_crosses_a_tick():
+    t = Ticker(tick_s=1.0)
+    assert t.due(0) is None
+    t.seen(0)
+    t.seen(500_000_000)
+    assert t.due(900_000_000) is None
+    assert t.due(1_000_000_000) == 500_000_000
+
+
+def test_a_jump_of_months_in_input_time_is_quick_and_resolves_what_was_open():
+    stage2 = Stage2Worker(DetectorConfig())
+    start = 1_000_000_000_000
+    for i in range(5):
+        ts = start + i * 1_000_000_000
+        stage2.feed(encode(Symptom("incast", "leaf00", ts, start, port="Ethernet8", priority=3)), now=0.0)
+        stage2.feed(encode(Watermark("a", ts)), now=0.0)
+    months = start + 300 * 86_400 * 1_000_000_000
+    began = time.perf_counter()
+    fired, _ = stage2.feed(encode(Watermark("a", months)), now=1.0)
+    assert time.perf_counter() - began < 1.0
+    assert [a.status for a in fired if a.kind == "incast"] == ["resolved"]
+
+
+def test_stage1_publishes_rates_with_utilisation_against_the_topology_line_rates(demo_trace):
+    stage1 = Stage1Worker(DetectorConfig())
+    values = []
+    with TraceReader(demo_trace) as reader:
+        for rec in reader:
+            if rec.topic == topics.TOPOLOGY:
+                stage1.set_topology(decode(rec.value(), Topology))
+            elif rec.topic == topics.COUNTERS and len(values) < 2_000:
+                values.append(rec.value())
+    out = stage1.process(values, ["c/0"] * len(values))
+    rates = [r for k in out.rates for r in decode_rates(k.value)]
+    assert rates and {k.key for k in out.rates} == {b"c/0"}  # keyed by the partition read
+    nic = next(r for r in rates if r.device_kind == "nic")
+    util = nic.matrix()[0, nic.columns.index("tx_util")]
+    assert 0 <= util <= 1.05

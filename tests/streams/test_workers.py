@@ -1,0 +1,244 @@
+"""Faust workers as separate processes against a real Kafka-protocol broker (Tansu)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+
+import pytest
+from helpers.streaming import (
+    POLL_NS,
+    SESSION_TIMEOUT_S,
+    TANSU_GROUP,
+    Collector,
+    demo_on_workers,
+    firing,
+    in_process,
+    polls_on,
+    stored_polls,
+    trace,
+)
+from helpers.waiting import wait_for
+from kafka import KafkaProducer
+
+from fabricwatch.local.workers import WorkerProcess
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import decode
+from fabricwatch.schemas.trace import TraceReader
+from fabricwatch.storage.consumer import StoreConsumer
+from fabricwatch.storage.store import Store
+from fabricwatch.streams import stage1_agent
+from fabricwatch.streams.kafka_io import ensure_topics, log_ends
+from fabricwatch.streams.traces import publish_trace
+
+pytestmark = pytest.mark.processes  # broker, workers, servers
+
+DEEP = b'{"type":"snapshot","x":' + b"[" * 3000 + b"]" * 3000 + b"}"
+"""6 KB nested 3,000 deep: a poison pill for a decoder that lets RecursionError escape."""
+
+
+def test_two_workers_find_what_the_in_process_replay_finds(broker, workers, tmp_path):
+    path = trace(tmp_path, duration=110)
+    expected = firing(in_process(path))
+    assert {k for k, _ in expected} == {"incast", "pfc_storm", "ecmp_collapse"}
+    for w in workers:
+        w.wait_ready()
+    out = Collector(broker, topics.ANOMALIES)
+    published = publish_trace(path, broker, speed=0)
+    assert published.stats.failed == published.stats.dropped == 0
+    assert wait_for(lambda: expected.keys() <= firing([decode(r.value) for r in out.records]).keys(), 90)
+    got = firing([decode(r.value) for r in out.stop()])
+    assert got.keys() == expected.keys(), (sorted(got), sorted(expected))
+    for key, start in expected.items():
+        assert abs(got[key] - start) <= POLL_NS, key
+    stages = set()
+    for w in workers:
+        status, body = w.get("healthz")
+        assert status == 200, body
+        stages |= json.loads(body)["stages"].keys()
+    assert stages == {"stage1", "stage2"}  # how old each stage's input was, for an operator
+    snapshots = sum(w.metric("processed_total", 'what="snapshots"') for w in workers)
+    assert snapshots >= published.records - 100  # every counters record, less phases and topology
+
+
+def test_an_upgraded_worker_starts_where_the_faust_group_of_earlier_builds_left_counters(broker, tmp_path):
+    """Earlier builds read counters in the Faust group (``fabricwatch``); stage 1's own group starts
+    from those offsets, so an upgrade neither re-reads what they processed nor skips the rest."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    ensure_topics(broker)
+    (tmp_path / "earlier").mkdir()
+    (tmp_path / "later").mkdir()
+    earlier, later = trace(tmp_path / "earlier", duration=10), trace(tmp_path / "later", duration=10)
+    with TraceReader(later) as reader:
+        counters = sum(1 for r in reader if r.topic == topics.COUNTERS)  # the same in either trace
+    publish_trace(earlier, broker)
+    old = KafkaConsumer(group_id="fabricwatch", enable_auto_commit=False, **broker.kafka_kwargs())
+    parts = [TopicPartition(topics.COUNTERS, p) for p in sorted(old.partitions_for_topic(topics.COUNTERS))]
+    ends = log_ends(old, parts)
+    assert sum(ends.values()) == counters
+    old.commit({tp: OffsetAndMetadata(ends[tp], "", -1) for tp in parts})  # all processed by the old build
+    old.close()
+    publish_trace(later, broker)
+    worker = WorkerProcess(broker.bootstrap, tmp_path / "w.log", SESSION_TIMEOUT_S)
+    try:
+        worker.wait_ready()
+        assert wait_for(lambda: worker.metric("processed_total", 'what="snapshots"') >= counters, 60)
+        # Anything of the earlier trace would have come before the worker caught up with the topic.
+        assert wait_for(lambda: worker.metric("consumer_lag") == 0, 30)
+        assert worker.metric("processed_total", 'what="snapshots"') == counters
+    finally:
+        assert worker.stop() == 0
+
+
+def test_killing_a_worker_loses_no_anomaly(broker, workers, tmp_path):
+    path, expected, out = demo_on_workers(broker, workers, tmp_path)
+    feeder = threading.Thread(target=publish_trace, args=(path, broker, 5.0))
+    feeder.start()
+    # Kill one worker mid-stream: once the first incident fired, with the others still to come.
+    assert wait_for(lambda: firing([decode(r.value) for r in out.records]), 60)
+    assert not expected.firing.keys() <= firing([decode(r.value) for r in out.records]).keys()
+    workers[0].stop(signal.SIGKILL)  # no goodbye: its partitions move after the session timeout
+    assert not workers[0].state_dir.exists()  # and nothing of it is left in the temp directory
+    feeder.join()
+    assert wait_for(lambda: expected.all_seen(out), 120)  # the end of every incident that ended, too
+    expected.assert_found(out.stop())
+
+
+def test_workers_joining_and_leaving_beside_running_ones_crash_no_peer_and_lose_no_anomaly(
+    broker, workers, tmp_path
+):
+    """A scale event or a rolling update: a third worker joins and leaves three times while the
+    fabric streams in. Every join and every leave is a rebalance that takes partitions from the
+    running workers, sometimes while stage 1's heartbeat waits for the broker (a peer died of that,
+    twice in six such runs, before log_ends_aio stopped asking aiokafka's highwater of partitions
+    no longer assigned). No
+    peer may crash, the visitor must stop within its grace time, and no incident may be lost."""
+    path, expected, out = demo_on_workers(broker, workers, tmp_path)
+    feeder = threading.Thread(target=publish_trace, args=(path, broker, 3.0))
+    feeder.start()
+    for visit in range(3):  # bounded: three joins and three leaves
+        with WorkerProcess(broker.bootstrap, tmp_path / f"visitor{visit}.log", SESSION_TIMEOUT_S) as visitor:
+            visitor.wait_ready()
+            for w in workers:
+                w.check()  # a peer that crashed in the join says why here
+            started = time.monotonic()
+        assert visitor.proc.returncode == 0, (tmp_path / f"visitor{visit}.log").read_text()[-2000:]
+        assert time.monotonic() - started < 30  # within WorkerProcess.stop's grace
+        for w in workers:
+            w.check()
+    feeder.join()
+    assert wait_for(lambda: expected.all_seen(out), 120)
+    for w in workers:
+        w.check()
+        assert "Crashed" not in w.log_path.read_text()
+    expected.assert_found(out.stop())
+
+
+def test_a_broker_restart_mid_stream_loses_no_anomaly_and_no_stored_row(
+    embedded_broker, broker, workers, tmp_path
+):
+    """The embedded broker (memory only) restarts empty while a trace is published: the publisher
+    holds its sends until it is back, the workers and the sink carry on in its new log."""
+    path, expected, out = demo_on_workers(broker, workers, tmp_path)
+    with Store.open(tmp_path / "store") as store:
+        sink = StoreConsumer(broker, store, max_delay_s=0.5, consumer_options=TANSU_GROUP)
+        stop_sink = threading.Event()
+        sinking = threading.Thread(target=sink.run, args=(stop_sink,), daemon=True)
+        sinking.start()
+        try:
+            published: list = []
+            feeder = threading.Thread(target=lambda: published.append(publish_trace(path, broker, 5.0)))
+            feeder.start()
+            assert wait_for(lambda: firing([decode(r.value) for r in out.records]), 60)
+            embedded_broker.restart()  # empty, offsets from zero
+            ensure_topics(broker)  # as `fabricwatch broker` does at each start
+            feeder.join()
+            assert published[0].stats.failed == published[0].stats.dropped == 0  # held, then sent
+            assert wait_for(lambda: expected.all_seen(out), 120)
+            expected.assert_found(out.stop())
+
+            in_new_log = polls_on(broker, topics.RATES)
+            if not wait_for(lambda: in_new_log <= stored_polls(store), 60):  # all the broker still held
+                missing = sorted(in_new_log - stored_polls(store))
+                newest = {
+                    d: int(t)
+                    for d, t in store.query("SELECT device, max(ts_ns) FROM rates_raw GROUP BY device")
+                }
+                behind = sum(t <= newest.get(d, 0) for d, t in missing)
+                pytest.fail(
+                    f"{len(missing)} polls of the new log not stored, {behind} of them at or before their "
+                    f"device's newest stored poll (so taken for redeliveries): {missing[:5]}"
+                )
+        finally:
+            stop_sink.set()
+            sinking.join(timeout=20)
+        assert sink.stats.new_logs == 1
+
+
+def test_malformed_and_oversized_input_goes_to_the_dead_letter_topic(broker, workers):
+    for w in workers:
+        w.wait_ready()
+    dead = Collector(broker, topics.DEADLETTER)
+    producer = KafkaProducer(**broker.kafka_kwargs(), max_request_size=8_000_000)
+    bad = {
+        b"not json": "not valid JSON",
+        b'{"type":"snapshot","device":"leaf00"}': "Object missing required field",
+        b'{"type":"phase","job":"j"}': "Invalid value 'phase' - at `$.type`",
+        b"{" + b" " * 5_000_000 + b"}": "oversized: 5000002 bytes",
+        DEEP: "not valid JSON: nested too deeply",
+    }
+    for i, value in enumerate(bad):
+        producer.send(topics.COUNTERS, key=f"dev{i}".encode(), value=value)
+    for topic in (topics.PHASES, topics.TOPOLOGY):  # read by every worker, outside Faust's agents
+        producer.send(topic, key=b"j", value=DEEP)
+    producer.flush()
+    producer.close()
+    assert wait_for(lambda: len(dead.records) >= len(bad), 30) and dead.caught_up()
+    records = dead.stop()
+    assert len(records) == len(bad)
+    for r in records:
+        headers = {k: v.decode() for k, v in r.headers}
+        assert headers["topic"] == topics.COUNTERS
+        assert bad[r.value].split(":")[0] in headers["reason"], headers
+    assert {r.value for r in records} == set(bad)  # the original bytes, kept whole
+    assert wait_for(
+        lambda: sum(w.metric("dead_letters_total") for w in workers) == len(bad) + 2 * len(workers)
+    )
+    for w in workers:
+        status, body = w.get("healthz")
+        assert status == 200, body
+    for w in workers:
+        assert w.proc.poll() is None  # a worker never dies on input
+
+
+def test_worker_health_endpoints_answer_json(broker, workers):
+    for w in workers:
+        w.wait_ready()
+    status, body = workers[0].get("healthz")
+    assert status == 200 and json.loads(body)["healthy"] is True
+
+
+def test_a_stopped_worker_has_committed_what_it_processed(broker, tmp_path):
+    from kafka import KafkaAdminClient
+
+    ensure_topics(broker)
+    path = trace(tmp_path, duration=20)
+    worker = WorkerProcess(broker.bootstrap, tmp_path / "w.log", SESSION_TIMEOUT_S)
+    try:
+        worker.wait_ready()
+        publish_trace(path, broker)
+        with TraceReader(path) as reader:
+            counters = sum(1 for r in reader if r.topic == topics.COUNTERS)
+        assert wait_for(lambda: worker.metric("processed_total", 'what="snapshots"') >= counters, 60)
+    finally:
+        assert worker.stop() == 0  # SIGTERM: a clean exit
+    admin = KafkaAdminClient(**broker.kafka_kwargs())
+    group = stage1_agent.group_id("fabricwatch")
+    committed = admin.list_group_offsets(group)[group]
+    admin.close()
+    done = sum(o.offset for tp, o in committed.items() if tp.topic == topics.COUNTERS)
+    assert done == counters  # a restart would start after the last snapshot, not redo any
