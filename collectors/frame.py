@@ -68,6 +68,8 @@ class Frame:
     publisher: Publisher | None = field(default=None, init=False)
     port: int = field(default=0, init=False)
     """The port ``/metrics`` and ``/healthz`` are served on (0: none)."""
+    handed: int = field(default=0, init=False)
+    """Messages handed to ``put`` so far."""
     _stack: ExitStack = field(default_factory=ExitStack, init=False)
     _writer: Any = field(default=None, init=False)
 
@@ -92,6 +94,7 @@ class Frame:
 
     def put(self, topic: str, key: str, message: Message, ts_ns: int) -> None:
         """Hand one message to every destination."""
+        self.handed += 1
         if self._writer is not None:
             self._writer.write_message(topic, key, ts_ns, message)
         if self.publisher is not None:
