@@ -62,7 +62,7 @@ REFRESH_AWARE_SOURCES = frozenset({"sonic"})
 """Collectors that know their devices' refresh schedule and send unrefreshed groups as unknown
 themselves (``ingest/sonic/switch.py`` reads FLEX_COUNTER_TABLE), so a full repeat from them is what the
 device showed, not a read between refreshes: whole-device staleness would second-guess them (it
-made a storm read through SONiC root at the leaf, tests/test_sonic_storm.py)."""
+made a storm read through SONiC root at the leaf, tests/collectors/test_sonic_storm.py)."""
 _PER_LINE_BYTE = {"bytes": 1.0, "packets": 1.0 / MIN_WIRE_BYTES, "frames": 1.0 / MIN_WIRE_BYTES}
 HOLD_MAX_S = 60.0
 """Longest a missing counter's last value is held for a rate over the gap: SONiC's slowest default

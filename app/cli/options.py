@@ -15,7 +15,7 @@ config file it reads, what its output is), never change what the option does.
 - ``--seed N``, ``--interval S``, ``--count N``, ``--host NAME``, ``--lldp-interval S``,
   ``--group-id G``, ``--web-bind ADDR`` / ``--web-port N`` (one port table, ``WEB_PORTS``).
 
-Every action made here carries the name of its definer (``definition``): ``tests/test_options.py``
+Every action made here carries the name of its definer (``definition``): ``tests/app/test_options.py``
 walks every parser and fails on an option name defined outside this module in two commands, or by
 two definers.
 """

@@ -38,7 +38,7 @@ class SiteEcnProfile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 
 class SiteSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    """What LLDP does not say: the ``site:`` part of the ``sonic:`` and ``gnmi_ingest:`` sections."""
+    """What LLDP does not say: the ``site:`` part of the ``sonic:`` and ``gnmi:`` sections."""
 
     spines: list[str] = msgspec.field(default_factory=lambda: ["*spine*"])
     """Name patterns (shell-style) of the spine switches; every other switch is a leaf."""

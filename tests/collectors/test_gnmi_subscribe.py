@@ -1,4 +1,4 @@
-"""`fabricwatch collect gnmi` against a real gRPC gNMI server on loopback (tests/gnmi_target.py,
+"""`fabricwatch collect gnmi` against a real gRPC gNMI server on loopback (tests/helpers/gnmi_target.py,
 built from the same gNMI protos): SAMPLE and ON_CHANGE subscriptions, rates equal to the counters'
 rates, TLS with the site's CA, credentials checked, and a target that is down or refuses."""
 

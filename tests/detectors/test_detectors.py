@@ -339,8 +339,8 @@ def test_a_whole_poll_of_standing_incast_without_a_depth_gauge_is_reported_at_on
 
 
 def test_a_storm_keeps_its_streak_and_start_through_a_snapshot_not_refreshed():
-    """Found (issue 15, class 1, and CI: tests/test_sonic_storm.py once rooted a storm at the leaf):
-    a switch read before it refreshed repeats its last snapshot, whose rates are unknown. That poll
+    """Found (issue 15, class 1, and CI: tests/collectors/test_sonic_storm.py once rooted a storm at
+    the leaf): a switch read before it refreshed repeats its last snapshot, whose rates are unknown. That poll
     broke the storm's streak, so the storm restarted later, and a port it paused upstream, walking
     to a root not yet storming, named the leaf as root. Unknown neither grows nor breaks a streak."""
     sw, stage = Switch("leaf0", ["Ethernet0", "Ethernet8"]), Stage1()

@@ -55,7 +55,7 @@ def publish(settings: BrokerSettings, messages: list) -> None:
 
 
 def undecodable(messages: list) -> list[tuple[str, bytes]]:
-    """Every kind of malformed message (tests/malformed.py) on each topic the sink reads, keeping
+    """Every kind of malformed message (tests/helpers/malformed.py) on each topic the sink reads, keeping
     only those that cannot decode: a well-formed message of a device of its own would be stored."""
     by_topic = {
         PortRates: topics.RATES,
