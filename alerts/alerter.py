@@ -84,6 +84,10 @@ class Alerter:
         self._sources: dict[str, dict[str, str]] = {}
         self._source_matchers = [r.source for r in config.inhibit_rules]
         self._opened_by: dict[str, Any] = {}
+        self._status: dict[str, str] = {}
+        self.repeats = 0
+        """Events that told an alert what it already knew (its status again: a worker's restart, a
+        rebalance's re-read): they change nothing and are counted here."""
 
     def ingest(self, anomaly: Anomaly, now: float, token: Any = None) -> int:
         """Take one anomaly event; return how many times ``token`` will be released (in a
@@ -93,6 +97,9 @@ class Alerter:
         and after a restart re-reads from there and rebuilds what its receivers were told."""
         alert = anomaly_alert(anomaly, self.config.labels, self.config.generator_url)
         fp = alert.fingerprint
+        if self._status.get(fp) == anomaly.status:
+            self.repeats += 1
+        self._status[fp] = anomaly.status
         routes = self._routes.get(fp)
         held = 0
         if routes is None:
@@ -249,6 +256,7 @@ class Alerter:
         routes = self._routes.get(fp, [])
         if not any(fp in self._groups[gk].alerts for gk, _ in routes if gk in self._groups):
             self._routes.pop(fp, None)
+            self._status.pop(fp, None)
             if fp in self._opened_by:
                 step.released.append(self._opened_by.pop(fp))
 

@@ -3,7 +3,6 @@ consumer, and ``silence`` (add a silence to a silences file)."""
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 import time
@@ -84,19 +83,23 @@ class ReplayAlerts:
                 return
 
 
-def run_alert(settings: BrokerSettings, config_path: Path, group_id: str, out: TextIO) -> int:
-    """``fabricwatch alert``: consume until SIGINT/SIGTERM, then drain and commit."""
+def run_alert(
+    settings: BrokerSettings,
+    config_path: Path,
+    group_id: str,
+    out: TextIO,
+    stop: threading.Event,
+    web: tuple[str, int] | None = None,
+) -> None:
+    """``fabricwatch alert``: consume until ``stop`` (SIGINT/SIGTERM), then drain and commit."""
     from fabricwatch.alerts.consumer import run_consumer
 
     config = load_alerts_config(config_path)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     print(
         f"alert: consuming from {settings.bootstrap} as {group_id}; receivers {', '.join(config.receivers)}",
         file=out,
     )
-    stats = run_consumer(settings, config, stop, group_id)
+    stats = run_consumer(settings, config, stop, group_id, web=web)
     delivered = sum(d["delivered"] for d in stats.delivery.values())
     given_up = sum(d["given_up"] for d in stats.delivery.values())
     print(
@@ -105,7 +108,6 @@ def run_alert(settings: BrokerSettings, config_path: Path, group_id: str, out: T
         f"{stats.commits} commits",
         file=out,
     )
-    return 0
 
 
 def add_silence(

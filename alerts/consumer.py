@@ -89,6 +89,7 @@ class ConsumerStats:
     new_logs: int = 0
     notifications: int = 0
     delivery: dict[str, Any] = field(default_factory=dict)
+    turned_at: float = field(default_factory=time.monotonic)
 
 
 def run_consumer(
@@ -99,10 +100,12 @@ def run_consumer(
     commit_interval_s: float = 1.0,
     drain_s: float = 10.0,
     consumer_options: dict[str, Any] | None = None,
+    web: tuple[str, int] | None = None,
 ) -> ConsumerStats:
     """Consume until ``stop`` is set; then drain deliveries for up to ``drain_s`` and commit what
     is done. Malformed messages are counted, logged and committed past, never retried.
-    ``consumer_options`` go to KafkaConsumer (group timeouts in tests)."""
+    ``consumer_options`` go to KafkaConsumer (group timeouts in tests). With ``web`` (address,
+    port), ``/metrics`` and ``/healthz`` are served there while it runs."""
     from kafka import KafkaConsumer
     from kafka.errors import KafkaError
     from kafka.structs import OffsetAndMetadata
@@ -152,8 +155,10 @@ def run_consumer(
         stats.commits += 1
 
     last_commit = time.monotonic()
+    server = _serve(web, service, stats, give_up) if web is not None and web[1] else None
     try:
         while not stop.is_set():
+            stats.turned_at = time.monotonic()
             if service.pending > high_water:
                 consumer.pause(*consumer.assignment())
             elif consumer.paused():
@@ -177,9 +182,52 @@ def run_consumer(
         stats.delivery = stats_json(service.queues)
     finally:
         consumer.close(autocommit=False)
+        if server is not None:
+            server.stop()
         if publisher is not None:
             publisher.close()
     return stats
+
+
+def _serve(web: tuple[str, int], service: AlertService, stats: ConsumerStats, give_up: GiveUpLog) -> Any:
+    """``/metrics`` and ``/healthz``: what was consumed and notified, each receiver's deliveries,
+    give-ups and retries, what is queued, and whether the loop still turns."""
+    from fabricwatch.streams.daemon_metrics import DaemonMetrics
+    from fabricwatch.streams.metrics_server import MetricsServer
+
+    def counters() -> dict[str, float]:
+        return {
+            "anomalies": stats.consumed,
+            "malformed_anomalies": stats.malformed,
+            "commits": stats.commits,
+            "broker_log_restarts": stats.new_logs,
+            "notifications": service.notifications,
+            "repeats": service.alerter.repeats,
+            "give_up_log_failures": give_up.failures,
+        }
+
+    def by_receiver() -> dict[tuple[str, str], dict[str, float]]:
+        queues = service.queues
+        return {
+            (what, "receiver"): {name: getattr(q.stats, what) for name, q in queues.items()}
+            for what in ("delivered", "given_up", "retries")
+        }
+
+    def problem() -> str:
+        given_up = sum(q.stats.given_up for q in service.queues.values())
+        return f"{given_up} notifications given up" if given_up else ""
+
+    metrics = DaemonMetrics(
+        "fabricwatch_alert",
+        counters,
+        lambda: {"queued_notifications": service.pending},
+        lambda: stats.turned_at,
+        problem,
+        by_receiver,
+    )
+    server = MetricsServer(metrics.registry, metrics.health, *web).start()
+    log.warning("/metrics and /healthz on http://%s:%d", web[0], server.port)
+    return server
 
 
 def _ingest(service: AlertService, tracker: OffsetTracker, tp: Any, rec: Any, stats: ConsumerStats) -> None:

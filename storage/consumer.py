@@ -24,7 +24,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fabricwatch.schemas import topics
@@ -40,6 +42,7 @@ from fabricwatch.schemas.messages import (
 from fabricwatch.storage.backends import StoreError
 from fabricwatch.storage.sink import DEFAULT_MAX_DELAY_S, DEFAULT_MAX_ROWS, Sink, SinkStats
 from fabricwatch.storage.store import Store
+from fabricwatch.streams.daemon_metrics import DaemonMetrics
 from fabricwatch.streams.epochs import METADATA_MAX_AGE_MS, LogEpochs
 from fabricwatch.streams.kafka_io import BrokerSettings
 from fabricwatch.streams.trouble import Trouble
@@ -83,6 +86,10 @@ class Backoff:
             delay = min(delay * 2, self.max_s)
 
 
+LAG_EVERY_S = 5.0
+"""How often the sink measures its lag (one request to the broker)."""
+
+
 class StoreConsumer:
     """One consumer-group member that stores ``SINK_TOPICS`` through a ``Sink``."""
 
@@ -103,6 +110,11 @@ class StoreConsumer:
         self.stats = ConsumerStats()
         self.backoff = backoff or Backoff()
         self._pending: dict[Any, int] = {}
+        self.turned_at = time.monotonic()
+        """When the loop last turned: ``/healthz`` says whether it still does."""
+        self.lag: int | None = None
+        """Records on its partitions not yet read, as last measured (None: not yet known)."""
+        self._lag_at = 0.0
         self._consumer = KafkaConsumer(
             **settings.kafka_kwargs(),
             group_id=group_id,
@@ -135,7 +147,9 @@ class StoreConsumer:
         try:
             while not stop.is_set():
                 taken = self.poll_once()
-                now = time.monotonic()
+                now = self.turned_at = time.monotonic()
+                if now - self._lag_at >= LAG_EVERY_S:
+                    self._measure_lag(now)
                 if taken or (not self._consumer.assignment() and now - started < _JOIN_GRACE_S):
                     last_record = now  # idle counts from the group join, which can take seconds
                 if self.sink.due() or (self._pending and self.sink.pending_rows == 0):
@@ -148,6 +162,18 @@ class StoreConsumer:
         finally:
             self._consumer.close(autocommit=False)
         return self.stats
+
+    def _measure_lag(self, now: float) -> None:
+        """The records waiting on its partitions (the broker's ends less its positions)."""
+        from kafka.errors import KafkaError
+
+        self._lag_at = now
+        parts = list(self._consumer.assignment())
+        try:
+            ends = self._consumer.end_offsets(parts) if parts else {}
+            self.lag = sum(max(0, end - self._consumer.position(tp)) for tp, end in ends.items())
+        except KafkaError:  # a rebalance or the broker away: the lag is unknown until the next try
+            self.lag = None
 
     def poll_once(self, timeout_ms: int = 200) -> int:
         """Take one poll's records into the sink; return how many."""
@@ -260,6 +286,56 @@ def _rebalance_listener(owner: StoreConsumer) -> Any:
     return Rebalance()
 
 
+def open_store(target: str | Path, stop: threading.Event, backoff: Backoff | None = None) -> Store | None:
+    """The store, waited for while it cannot be opened (a ClickHouse server still starting, or
+    away), as the running sink waits out an outage: said when it begins and ends, retried with
+    backoff; None when ``stop`` comes first. A bad target (a typo in the URL) fails the same way a
+    down server does, so the log line names the target and the error."""
+    trouble = Trouble(f"store {target}", log)
+    for delay in (backoff or Backoff()).delays():
+        try:
+            store = Store.open(target)
+        except StoreError as exc:
+            trouble.failed(f"cannot open: {exc}", "what the sink reads (it stays in Kafka)")
+            if stop.wait(delay):
+                return None
+            continue
+        trouble.ok("opened")
+        return store
+    return None
+
+
+def sink_metrics(consumer: StoreConsumer) -> DaemonMetrics:
+    """The sink's ``/metrics`` and ``/healthz``: what it read, stored, retried and lost, its lag and
+    the rows it holds, read from ``consumer`` at scrape time."""
+
+    def counters() -> dict[str, float]:
+        c, s = consumer.stats, consumer.sink_stats
+        return {
+            "records": c.records,
+            "malformed_records": c.malformed,
+            "commits": c.commits,
+            "commit_failures": c.commit_failures,
+            "insert_failures": c.retries,
+            "rows_dropped_on_rebalance": c.dropped_on_rebalance,
+            "broker_log_restarts": c.new_logs,
+            "rate_rows": s.rate_rows,
+            "rate_rows_already_stored": s.rate_rows_skipped,
+            "anomaly_events": s.anomalies,
+            "phases": s.phases,
+            "topologies": s.topologies,
+            "insert_seconds": s.insert_s,
+        }
+
+    def gauges() -> dict[str, float | None]:
+        return {"lag": consumer.lag, "pending_rows": consumer.sink.pending_rows}
+
+    def problem() -> str:
+        return f"store failing: {consumer.stats.last_error}" if consumer.trouble.ongoing else ""
+
+    return DaemonMetrics("fabricwatch_sink", counters, gauges, lambda: consumer.turned_at, problem)
+
+
 def run_sink(
     settings: BrokerSettings,
     store: Store,
@@ -270,10 +346,19 @@ def run_sink(
     idle_exit_s: float | None = None,
     consumer_options: dict[str, Any] | None = None,
     report: Callable[[str], None] | None = None,
+    web: tuple[str, int] | None = None,
 ) -> ConsumerStats:
-    """The ``fabricwatch sink`` loop; ``report`` gets one summary line at the end."""
+    """The ``fabricwatch sink`` loop; ``report`` gets one summary line at the end. With ``web``
+    (address, port), ``/metrics`` and ``/healthz`` are served there while it runs."""
+    from fabricwatch.streams.metrics_server import MetricsServer
+
     consumer = StoreConsumer(settings, store, group_id, max_rows, max_delay_s, None, consumer_options)
-    stats = consumer.run(stop, idle_exit_s)
+    with ExitStack() as stack:
+        if web is not None and web[1]:
+            metrics = sink_metrics(consumer)
+            server = stack.enter_context(MetricsServer(metrics.registry, metrics.health, *web))
+            log.warning("/metrics and /healthz on http://%s:%d", web[0], server.port)
+        stats = consumer.run(stop, idle_exit_s)
     if report is not None:
         s = consumer.sink_stats
         report(

@@ -20,6 +20,8 @@ WEB_PORTS = {
     "collect gnmi": 6070,
     "phases collect": 6071,
     "ingest": 6072,
+    "sink": 6073,
+    "alert": 6074,
 }
 """Each daemon's default port of /metrics and /healthz: one table, so that no two collide."""
 

@@ -18,9 +18,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     options.add_broker(p)
     options.add_config(p, required=True, section="alerts")
     options.add_group_id(p, "fabricwatch-alerts")
+    options.add_web(p, "alert", bind="127.0.0.1", only_publishing=False)
 
 
 def run(args: argparse.Namespace) -> int:
     from fabricwatch.alerts.commands import run_alert
 
-    return run_alert(options.broker_settings(args), args.config, args.group_id, sys.stdout)
+    stopping = options.Stopping()
+    web = (args.web_bind, args.web_port)
+    run_alert(options.broker_settings(args), args.config, args.group_id, sys.stdout, stopping.event, web)
+    return stopping.exit_code

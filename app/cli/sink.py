@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 
 from fabricwatch.cli import options
 from fabricwatch.storage.store import DEFAULT_DATA_DIR
@@ -44,17 +42,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="stop after this many seconds without a record (default: run until stopped)",
     )
+    options.add_web(p, "sink", bind="127.0.0.1", only_publishing=False)
 
 
 def run(args: argparse.Namespace) -> int:
-    from fabricwatch.storage.consumer import run_sink
-    from fabricwatch.storage.store import Store
+    from fabricwatch.storage.consumer import open_store, run_sink
 
     settings = options.broker_settings(args)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    with Store.open(options.store_target(args)) as store:
+    stopping = options.Stopping()
+    stop = stopping.event
+    opened = open_store(options.store_target(args), stop)
+    if opened is None:
+        return stopping.exit_code
+    with opened as store:
         print(
             f"storing into {store.where} from {settings.bootstrap} (group {args.group_id})", file=sys.stderr
         )
@@ -75,5 +75,6 @@ def run(args: argparse.Namespace) -> int:
             args.idle_exit,
             consumer_options=consumer_options,
             report=print,
+            web=(args.web_bind, args.web_port),
         )
-    return 0
+    return stopping.exit_code

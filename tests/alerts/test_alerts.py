@@ -569,3 +569,15 @@ def test_a_near_miss_of_a_kind_in_storm_inhibits_is_refused_and_a_newer_kind_is_
         parse_alerts({"receivers": rx, "route": route, "storm_inhibits": ["incats"]}, environ={})
     newer = parse_alerts({"receivers": rx, "route": route, "storm_inhibits": ["link_flap"]}, environ={})
     assert newer.storm_inhibits == {"link_flap"}  # a newer release's kind, not a typo of ours
+
+
+def test_an_event_repeating_an_alert_s_status_changes_nothing_and_is_counted():
+    """A worker's restart or a rebalance re-sends what was said: the same incident, same status."""
+    al = Alerter(config())
+    fire(al, anomaly("a"), T0)
+    [first] = al.advance(T0 + 30).notifications
+    assert fire(al, anomaly("a", at=T0 + 40), T0 + 40) == [] and al.repeats == 1
+    assert al.advance(T0 + 330).notifications == []  # nothing new in the group: no notification
+    fire(al, anomaly("a", status="resolved", at=T0 + 400), T0 + 400)
+    assert al.repeats == 1  # a change of status is news
+    assert states(first) == [("a", "firing")]

@@ -9,6 +9,7 @@ import logging
 import random
 import threading
 import time
+import urllib.request
 
 import msgspec
 import pytest
@@ -340,3 +341,60 @@ def test_malformed_anomalies_cost_only_themselves_and_are_committed():
         stop.set()
         thread.join(timeout=20)
     assert stats[0].malformed == len(bad) >= len(KINDS)
+
+
+def test_the_alerter_serves_its_deliveries_repeats_and_queue_on_metrics():
+    """Found (issue 32, 5): the alerter could not be watched. Each firing event is sent twice (a
+    worker's restart repeats what it said): the repeats change nothing, and are counted."""
+    from fabricwatch.local.broker import free_port
+
+    web = free_port()
+    with EmbeddedBroker() as b, WebhookReceiver() as rx:
+        settings = BrokerSettings(bootstrap=b.bootstrap)
+        ensure_topics(settings, [topics.ANOMALIES])
+        config = parse_alerts(
+            {
+                "receivers": [{"name": "rx", "url": rx.url, "backoff_initial": "100ms"}],
+                "route": {"receiver": "rx", "group_by": ["..."], "group_wait": 0, "group_interval": "200ms"},
+            },
+            environ={},
+        )
+        publisher = Publisher(settings, linger_ms=0)
+        for a in anomalies("firing") * 2:
+            publisher.send(topics.ANOMALIES, a.fingerprint, encode(a))
+        publisher.close()
+        stop = threading.Event()
+        runner = threading.Thread(
+            target=run_consumer,
+            args=(settings, config, stop, GROUP),
+            kwargs={"consumer_options": TANSU, "web": ("127.0.0.1", web), "drain_s": 0.3},
+        )
+        runner.start()
+        try:
+            assert wait_for(lambda: len(rx.accepted) == 3, 30)
+            text = wait_for_text(web, 'fabricwatch_alert_delivered_total{receiver="rx"} 3.0')
+            assert (
+                "fabricwatch_alert_repeats_total 3.0" in text
+                and "fabricwatch_alert_anomalies_total 6.0" in text
+            )
+            assert 'fabricwatch_alert_given_up_total{receiver="rx"} 0.0' in text
+            assert "fabricwatch_alert_queued_notifications 0.0" in text
+            with urllib.request.urlopen(f"http://127.0.0.1:{web}/healthz", timeout=5) as answer:
+                assert answer.status == 200 and json.load(answer)["healthy"] is True
+        finally:
+            stop.set()
+            runner.join(timeout=20)
+    assert len(rx.accepted) == 3  # the repeats notified nobody
+
+
+def wait_for_text(port: int, needle: str) -> str:
+    """The alerter's /metrics once it holds ``needle`` (the last scrape otherwise)."""
+    got = [""]
+
+    def scraped() -> bool:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            got[0] = answer.read().decode()
+        return needle in got[0]
+
+    assert wait_for(scraped, 20), got[0]
+    return got[0]

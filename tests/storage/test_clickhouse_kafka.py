@@ -8,6 +8,8 @@ import logging
 import random
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 from helpers.malformed import KINDS, make
@@ -25,10 +27,11 @@ from fabricwatch.schemas.messages import (
     decode,
     encode,
 )
-from fabricwatch.storage.consumer import Backoff, StoreConsumer
+from fabricwatch.storage.consumer import Backoff, StoreConsumer, open_store, sink_metrics
 from fabricwatch.storage.sink import Sink
 from fabricwatch.storage.store import Store
 from fabricwatch.streams.kafka_io import BrokerSettings, Publisher, ensure_topics
+from fabricwatch.streams.metrics_server import MetricsServer
 
 pytestmark = pytest.mark.processes  # broker, workers, servers
 
@@ -74,6 +77,21 @@ def undecodable(messages: list) -> list[tuple[str, bytes]]:
             except DecodeError:
                 out.append((topic, value))
     return out
+
+
+def scrape(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/{path}", timeout=5) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def metric(text: str, name: str) -> float:
+    """The value of an unlabelled series in Prometheus text (NaN when absent)."""
+    return next(
+        (float(line.split()[1]) for line in text.splitlines() if line.split(" ")[0] == name), float("nan")
+    )
 
 
 def totals(store: Store) -> dict[str, tuple]:
@@ -145,15 +163,27 @@ def test_the_sink_waits_out_a_server_outage_with_kafka_holding_the_backlog(
             backoff=Backoff(0.2, 1.0),
             consumer_options=TANSU,
         )
+        metrics = sink_metrics(consumer)
         stop = threading.Event()
         runner = threading.Thread(target=consumer.run, args=(stop,), daemon=True)
-        runner.start()
-        assert wait_for(lambda: consumer.stats.retries >= 3, 30) and consumer.stats.commits == 0
-        server.start()
-        rows = sum(len(m.ports) for m in rates)
-        assert wait_for(
-            lambda: consumer.stats.commits and store.query("SELECT count() FROM rates_raw")[0][0] == rows, 30
-        )
+        with MetricsServer(metrics.registry, metrics.health, "127.0.0.1", 0) as web:
+            runner.start()
+            assert wait_for(lambda: consumer.stats.retries >= 3, 30) and consumer.stats.commits == 0
+            healthy, detail = scrape(web.port, "healthz")
+            assert healthy == 200 and "store failing" in detail  # waiting it out: alive, and it says why
+            text = scrape(web.port, "metrics")[1]
+            assert metric(text, "fabricwatch_sink_insert_failures_total") >= 3
+            assert metric(text, "fabricwatch_sink_commits_total") == 0
+            server.start()
+            rows = sum(len(m.ports) for m in rates)
+            assert wait_for(
+                lambda: consumer.stats.commits and store.query("SELECT count() FROM rates_raw")[0][0] == rows,
+                30,
+            )
+            assert wait_for(lambda: metric(scrape(web.port, "metrics")[1], "fabricwatch_sink_lag") == 0, 15)
+            text = scrape(web.port, "metrics")[1]
+            assert metric(text, "fabricwatch_sink_rate_rows_total") == rows
+            assert "store failing" not in scrape(web.port, "healthz")[1]
         stop.set()
         runner.join(timeout=15)
         assert store.query("SELECT count() FROM rates_raw")[0][0] == rows
@@ -232,3 +262,32 @@ def test_the_sink_reads_all_of_a_restarted_broker_s_new_log(
         assert stats.new_logs == 1
         said = [r.getMessage() for r in caplog.records if "is a new log" in r.getMessage()]
         assert len(said) == 1 and embedded_broker.cluster_id in said[0]
+
+
+@pytest.mark.skipif(server_binary() is None, reason="clickhouse-server is not installed")
+def test_the_sink_waits_for_a_server_that_is_down_when_it_starts(tmp_path, caplog):
+    """Found (issue 32, 4): with ClickHouse down at start the sink printed a traceback and exited 1,
+    although once running it waits out an outage."""
+    caplog.set_level(logging.WARNING, logger="fabricwatch.storage")
+    server = LocalClickHouse(tmp_path / "server").start()
+    url = server.url()
+    server.stop(kill=True)
+    stop = threading.Event()
+    opened: list = []
+    opener = threading.Thread(target=lambda: opened.append(open_store(url, stop, Backoff(0.2, 0.5))))
+    opener.start()
+    assert wait_for(lambda: any("cannot open" in r.getMessage() for r in caplog.records), 15)
+    assert opener.is_alive()
+    server.start()
+    opener.join(timeout=30)
+    try:
+        assert opened and opened[0] is not None and opened[0].query("SELECT 1")[0][0] == 1
+        said = [r.getMessage() for r in caplog.records if r.name == "fabricwatch.storage.consumer"]
+        assert len([s for s in said if "failing" in s]) == 1 and "recovered after" in said[-1]
+    finally:
+        if opened and opened[0] is not None:
+            opened[0].close()
+        server.stop()
+
+    stop.set()  # stopped while waiting: no store, no error
+    assert open_store("clickhouse://127.0.0.1:1/none", stop) is None
