@@ -90,6 +90,7 @@ def run_alert(
     out: TextIO,
     stop: threading.Event,
     web: tuple[str, int] | None = None,
+    consumer_options: dict[str, int] | None = None,
 ) -> None:
     """``fabricwatch alert``: consume until ``stop`` (SIGINT/SIGTERM), then drain and commit."""
     from fabricwatch.alerts.consumer import run_consumer
@@ -99,7 +100,7 @@ def run_alert(
         f"alert: consuming from {settings.bootstrap} as {group_id}; receivers {', '.join(config.receivers)}",
         file=out,
     )
-    stats = run_consumer(settings, config, stop, group_id, web=web)
+    stats = run_consumer(settings, config, stop, group_id, web=web, consumer_options=consumer_options)
     delivered = sum(d["delivered"] for d in stats.delivery.values())
     given_up = sum(d["given_up"] for d in stats.delivery.values())
     print(

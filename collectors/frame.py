@@ -10,7 +10,7 @@ a ``Frame`` and call the collector).
 
 from __future__ import annotations
 
-import sys
+import logging
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -134,8 +134,9 @@ class Frame:
         self._stack.callback(close)
 
     def warn(self, text: str) -> None:
-        """Say something about the collector's work (stderr, one line, named for the daemon)."""
-        print(f"fabricwatch {self.daemon}: {text}", file=sys.stderr, flush=True)
+        """Say something about the collector's work: a warning of the daemon's logger
+        (``fabricwatch.collect.sonic``), which the command line's logging setup formats."""
+        logging.getLogger(f"fabricwatch.{self.daemon.replace(' ', '.')}").warning("%s", text)
 
     def _open_publisher(self, settings: BrokerSettings) -> None:
         from fabricwatch.streams.kafka_io import Publisher, ensure_topics
@@ -148,7 +149,4 @@ class Frame:
     def _close_publisher(self, publisher: Publisher) -> None:
         publisher.close()
         s = publisher.stats
-        print(
-            f"published {s.acked} of {s.sent} {self.what} ({s.failed} failed, {s.dropped} dropped)",
-            file=sys.stderr,
-        )
+        self.warn(f"published {s.acked} of {s.sent} {self.what} ({s.failed} failed, {s.dropped} dropped)")

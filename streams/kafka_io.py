@@ -16,7 +16,7 @@ from typing import Any, Literal
 import msgspec
 
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.config import AtLeastOne, ConfigFile, Positive
+from fabricwatch.schemas.config import AtLeastOne, ConfigError, ConfigFile, Positive
 
 DEFAULT_PARTITIONS = {
     topics.COUNTERS: 12,
@@ -69,6 +69,11 @@ class BrokerSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
                 sasl_plain_password=self.sasl_password,
             )
         if self.ssl_cafile:
+            if not os.path.isfile(self.ssl_cafile):  # else a TLS error deep in kafka-python, file unnamed
+                raise ConfigError(
+                    f"broker.ssl_cafile (or FABRICWATCH_SSL_CAFILE): {self.ssl_cafile}: no such file (the CA "
+                    "certificate the broker's is checked against: mount or copy it there)"
+                )
             kw["ssl_cafile"] = self.ssl_cafile
         return kw
 

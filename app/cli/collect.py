@@ -69,6 +69,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="lldpd's control socket, for a collector in a container (default: lldpcli's, /run/lldpd.socket)",
     )
     options.add_web(p, "collect")
+    options.add_logging(p)
 
 
 def settings_of(args: argparse.Namespace, environ: dict[str, str] | None = None) -> CollectSettings:
@@ -111,6 +112,7 @@ def _run_host(args: argparse.Namespace) -> int:
     cfg = settings_of(args)
     destination = options.destination(args)
     targets = nic.check(cfg)
+    options.start_logging(args, "collect", cfg)
     stopping = options.Stopping()
     meta = {"poll_interval_s": cfg.interval_s, "devices": [t.ib_dev for t in targets]}
     web = Web(cfg.web_bind, cfg.web_port)

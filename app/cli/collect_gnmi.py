@@ -45,6 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     options.add_interval(p, "samples (gNMI SAMPLE interval)")
     options.add_count(p, "snapshots")
     options.add_web(p, "collect gnmi")
+    options.add_logging(p)
 
 
 def settings_of(args: argparse.Namespace) -> GnmiSettings:
@@ -90,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = settings_of(args)
     destination = options.destination(args)
+    options.start_logging(args, "collect gnmi", cfg)
     stopping = options.Stopping()
     meta = {"poll_interval_s": cfg.interval_s, "devices": [t.name for t in cfg.targets]}
     web = Web(cfg.web_bind, cfg.web_port)

@@ -49,6 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="put the configured switches on the fabric.switches topic for --assigned replicas, and exit",
     )
     options.add_web(p, "collect sonic")
+    options.add_logging(p)
 
 
 def settings_of(args: argparse.Namespace) -> SonicSettings:
@@ -87,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"put {sent} of {len(cfg.switches)} switches on {topics.SWITCHES}")
         return 0 if sent == len(cfg.switches) else 1
     destination = options.destination(args)
+    options.start_logging(args, "collect sonic", cfg)
     stopping = options.Stopping()
     meta = {"poll_interval_s": cfg.interval_s, "devices": [s.name for s in cfg.switches]}
     web = Web(cfg.web_bind, cfg.web_port)

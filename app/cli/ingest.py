@@ -49,6 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="publish no topology from the switches' /lldp neighbours (default: publish it)",
     )
     options.add_web(p, "ingest")
+    options.add_logging(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.window < 60 or not 0 < args.grace < 600:
         raise ValueError("--window must be between 0 and 60 s and --grace between 0 and 600 s")
     destination = Destination(broker=options.broker_settings(args))
+    options.start_logging(args, "ingest")
     stopping = options.Stopping()
     web = Web(args.web_bind or "127.0.0.1", args.web_port)
     with Frame("ingest", destination, gnmi_translator.TOPICS, stopping.event, web) as frame:

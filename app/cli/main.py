@@ -104,7 +104,12 @@ def main(argv: list[str] | None = None) -> int:
 def _broker_error(args: argparse.Namespace, exc: Exception) -> str:
     """What went wrong with the broker, in words: kafka-python's messages repeat their class name
     (``KafkaTimeoutError: Unable to bootstrap ...``), which says nothing to a user."""
-    where = getattr(args, "broker", None) or os.environ.get("FABRICWATCH_BROKER") or "the config file's"
+    config = getattr(args, "broker_config", None) or getattr(args, "config", None)
+    where = (
+        getattr(args, "broker", None)
+        or os.environ.get("FABRICWATCH_BROKER")
+        or (f"(broker.bootstrap of {config})" if config else "")
+    )
     name = type(exc).__name__
     text = str(exc).removeprefix(f"{name}: ").strip() or name
     hint = ""

@@ -330,6 +330,19 @@ def add_group_id(p: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+def add_session_timeout(p: argparse.ArgumentParser, default: float = 10.0) -> None:
+    _defined(
+        "session-timeout",
+        p.add_argument(
+            "--session-timeout",
+            type=float,
+            default=default,
+            help="seconds before a dead member's partitions move to another of its group "
+            f"(default: {default:g})",
+        ),
+    )
+
+
 def add_web(
     p: argparse.ArgumentParser, daemon: str, bind: str | None = None, only_publishing: bool = True
 ) -> None:
@@ -351,6 +364,35 @@ def add_web(
             help=f"port of {endpoints}{when}",
         ),
     )
+
+
+def add_logging(p: argparse.ArgumentParser) -> None:
+    """How a daemon logs: every line with its time, level and component (``app/daemon_logs.py``)."""
+    from fabricwatch.daemon_logs import FORMATS, LEVELS
+
+    _defined(
+        "logging",
+        p.add_argument(
+            "--log-level",
+            choices=LEVELS,
+            default="info",
+            help="the least a line must be to be logged (default: info)",
+        ),
+        p.add_argument(
+            "--log-format", choices=FORMATS, default="text", help="text lines, or JSON lines (default: text)"
+        ),
+    )
+
+
+def start_logging(args: argparse.Namespace, daemon: str, settings: object = None) -> None:
+    """Set up the daemon's logging and log its first line: version and effective settings (its
+    config section merged with the options when given, else the options)."""
+    from fabricwatch.daemon_logs import log_start, setup_logging
+
+    setup_logging(args.log_level, args.log_format)
+    shown = msgspec.to_builtins(settings) if settings is not None else {}
+    given = {k: v for k, v in vars(args).items() if k not in ("log_level", "log_format") and not callable(v)}
+    log_start(daemon, {"options": given, **({"settings": shown} if shown else {})})
 
 
 def outlier_detector(model: Path | None, config: DetectorConfig) -> OutlierDetector | None:

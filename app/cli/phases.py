@@ -49,6 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     options.add_count(c, "reads")
     options.add_web(c, "phases collect", bind="127.0.0.1")
+    options.add_logging(c)
     i = modes.add_parser(
         "import",
         help="read a finished job's NCCL/RCCL logs, Inspector output or PyTorch traces into a trace",
@@ -90,6 +91,7 @@ def _collect(args: argparse.Namespace, readers: JobReaders) -> int:
 
     cfg = nccl_logs.FollowSettings(args.log, args.interval, args.from_start)
     destination = options.destination(args)
+    options.start_logging(args, "phases collect")
     stopping = options.Stopping()
     web = Web(args.web_bind, args.web_port)
     with Frame("phases collect", destination, nccl_logs.TOPICS, stopping.event, web, what="phases") as frame:

@@ -20,12 +20,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     options.add_config(p, section="broker")
     options.add_store(p, DEFAULT_DATA_DIR, from_env=True)
     options.add_group_id(p, "fabricwatch-sink")
+    options.add_session_timeout(p)
     p.add_argument(
         "--rebalance-timeout",
         type=float,
         default=60.0,
-        help="seconds: consumer-group rebalance and max poll interval; the session timeout is at most "
-        "10 s (default: 60)",
+        help="seconds a rebalance may wait for the sink to store what it holds (Kafka's max poll "
+        "interval; default: 60)",
     )
     p.add_argument(
         "--max-rows",
@@ -43,12 +44,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="stop after this many seconds without a record (default: run until stopped)",
     )
     options.add_web(p, "sink", bind="127.0.0.1", only_publishing=False)
+    options.add_logging(p)
 
 
 def run(args: argparse.Namespace) -> int:
     from fabricwatch.storage.consumer import open_store, run_sink
 
     settings = options.broker_settings(args)
+    options.start_logging(args, "sink")
     stopping = options.Stopping()
     stop = stopping.event
     opened = open_store(options.store_target(args), stop)
@@ -59,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             f"storing into {store.where} from {settings.bootstrap} (group {args.group_id})", file=sys.stderr
         )
         timeout_ms = int(args.rebalance_timeout * 1000)
-        session_ms = min(timeout_ms, 10_000)
+        session_ms = min(timeout_ms, int(args.session_timeout * 1000))
         consumer_options = {
             "max_poll_interval_ms": timeout_ms,
             "session_timeout_ms": session_ms,

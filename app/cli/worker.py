@@ -25,15 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     w.add_argument(
         "--state-dir", type=Path, default=None, help="Faust's state directory (default: a temporary one)"
     )
-    w.add_argument(
-        "--session-timeout",
-        type=float,
-        default=10.0,
-        help="seconds before a dead worker's partitions move to another (default: 10)",
-    )
-    w.add_argument(
-        "--loglevel", default="warn", choices=["debug", "info", "warn", "error"], help="(default: warn)"
-    )
+    options.add_group_id(w, "fabricwatch")
+    options.add_session_timeout(w)
+    options.add_logging(w)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,6 +42,7 @@ def run_worker(settings: BrokerSettings, args: argparse.Namespace) -> int:
     from fabricwatch.streams.worker_context import WorkerOptions
 
     config = options.detector_config(args)
+    options.start_logging(args, "worker")
     ensure_topics(settings)
     with contextlib.ExitStack() as stack:
         # A temporary state directory only when none is given (one given is its owner's to remove).
@@ -62,7 +57,11 @@ def run_worker(settings: BrokerSettings, args: argparse.Namespace) -> int:
             web_port=args.web_port,
             datadir=state,
             session_timeout_s=args.session_timeout,
+            app_id=args.group_id,
         )
-        worker = faust.Worker(make_app(opts), loglevel=args.loglevel, quiet=True)
+        # Our logging setup, not Faust's (its colours and tables): one format for every daemon.
+        worker = faust.Worker(
+            make_app(opts), loglevel=args.log_level.upper(), quiet=True, override_logging=False
+        )
         worker.execute_from_commandline()
     return 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from helpers.paths import ROOT
 
 from fabricwatch.cli import worker
 from fabricwatch.detectors.config import load_config
+from fabricwatch.schemas.config import ConfigError
 from fabricwatch.streams.kafka_io import load_broker_settings
 
 DEPLOY = ROOT / "deploy"
@@ -53,9 +56,7 @@ def test_the_kubernetes_worker_probes_the_endpoints_the_worker_serves(tmp_path):
     # Time for Faust to commit and leave the group on SIGTERM, beyond the session timeout's wait.
     assert pod["terminationGracePeriodSeconds"] >= 30
 
-    config_map = next(d for d in docs if d["kind"] == "ConfigMap")
-    config = tmp_path / "fabricwatch.yaml"
-    config.write_text(config_map["data"]["fabricwatch.yaml"])
+    config = shared_config(tmp_path)
     assert load_config(config).incast.ecn_kmin_bytes == 300_000
     password = next(e for e in container["env"] if e["name"] == "FABRICWATCH_SASL_PASSWORD")
     assert "secretKeyRef" in password["valueFrom"]
@@ -134,9 +135,9 @@ def test_the_collector_daemonset_reads_the_node_s_sysfs_and_interfaces_unprivile
     assert ports["http"] == args.web_port and args.web_bind == "$(POD_IP)"
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     lldpd = next(m for m in mounts.values() if m["mountPath"] == args.lldp_socket)
-    assert volumes[lldpd["name"]]["hostPath"] == {"path": "/run/lldpd.socket", "type": "Socket"}
-    lldpd = next(m for m in mounts.values() if m["mountPath"] == args.lldp_socket)
-    assert volumes[lldpd["name"]]["hostPath"] == {"path": "/run/lldpd.socket", "type": "Socket"}
+    # No type check (Found, issue 32, 6: type Socket kept the pod from starting on a node without
+    # lldpd, although LLDP is optional to the collector).
+    assert volumes[lldpd["name"]]["hostPath"] == {"path": "/run/lldpd.socket"}
     workers = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "workers.yaml").read_text()))
     config_map = next(d for d in workers if d["kind"] == "ConfigMap")
     assert volumes["config"]["configMap"]["name"] == config_map["metadata"]["name"]
@@ -264,3 +265,93 @@ def test_the_image_the_manifests_name_is_built_by_the_dockerfile():
             for container in pod["containers"]:
                 assert container["image"] == image, (manifest.name, container["name"])
     assert f"docker build -t {image} ." in (root / "docs" / "deploy.md").read_text()
+
+
+MANIFESTS = sorted((DEPLOY / "kubernetes").glob("*.yaml"))
+
+
+def pods(manifest: Path) -> list[dict]:
+    return [
+        d["spec"]["template"]["spec"]
+        for d in yaml.safe_load_all(manifest.read_text())
+        if d and d["kind"] in ("Deployment", "DaemonSet", "Job", "StatefulSet")
+    ]
+
+
+def shared_config(tmp_path: Path) -> Path:
+    """The ConfigMap every manifest mounts, written where a test reads it, with the CA file its
+    broker: section names laid at a path of the test's (the pods mount the Secret there)."""
+    docs = yaml.safe_load_all((DEPLOY / "kubernetes" / "workers.yaml").read_text())
+    text = next(d for d in docs if d["kind"] == "ConfigMap")["data"]["fabricwatch.yaml"]
+    ca_dir = tmp_path / "ca"
+    ca_dir.mkdir(exist_ok=True)
+    (ca_dir / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    config = tmp_path / "fabricwatch.yaml"
+    config.write_text(text.replace("/etc/fabricwatch-ca/", f"{ca_dir}/"))
+    return config
+
+
+@pytest.mark.parametrize("manifest", MANIFESTS, ids=lambda p: p.name)
+def test_every_manifest_s_containers_take_their_arguments_and_mount_what_the_config_names(manifest):
+    """Found (issue 32, 6): the switch collector's Job failed on the shared ConfigMap (no sonic:
+    section) and nothing mounted the CA its broker: section names."""
+    from fabricwatch.cli.main import parser
+
+    docs = yaml.safe_load_all((DEPLOY / "kubernetes" / "workers.yaml").read_text())
+    config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["fabricwatch.yaml"])
+    ca_dir = str(Path(config["broker"]["ssl_cafile"]).parent)
+    for pod in pods(manifest):
+        for container in pod["containers"]:
+            args = parser().parse_args(container["args"])
+            mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+            if "/etc/fabricwatch" in mounts:
+                assert ca_dir in mounts, f"{manifest.name}: {container['name']} mounts no {ca_dir}"
+            if getattr(args, "web_port", None):
+                ports = [p["containerPort"] for p in container.get("ports", [])]
+                assert args.web_port in ports, f"{manifest.name}: {container['name']}"
+            env = {e["name"] for e in container.get("env", [])}
+            assert "password" not in " ".join(container["args"]).lower() or env, container["name"]
+
+
+def test_the_shared_config_map_serves_every_daemon_that_mounts_it(tmp_path):
+    from fabricwatch.alerts.config import load_alerts_config
+    from fabricwatch.ingest.sonic.poll import SonicSettings
+    from fabricwatch.schemas.config import ConfigFile
+
+    config = shared_config(tmp_path)
+    broker = load_broker_settings(config, {"FABRICWATCH_SASL_PASSWORD": "s3cret"})
+    assert broker.ssl_cafile and Path(broker.ssl_cafile).is_file()
+    assert ConfigFile(config).section("sonic", SonicSettings).switches  # the Job has switches to put
+    assert load_alerts_config(config).receivers
+    assert load_config(config).incast.ecn_kmin_bytes == 300_000
+
+
+def test_a_missing_ca_file_is_named_with_its_key(tmp_path):
+    """Found (issue 32, 6): without the CA Secret mounted, the error was kafka-python's, garbled."""
+    config = shared_config(tmp_path)
+    (tmp_path / "ca" / "ca.crt").unlink()
+    with pytest.raises(ConfigError, match=r"broker\.ssl_cafile .*ca\.crt: no such file"):
+        load_broker_settings(config, {}).kafka_kwargs()
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_every_unit_passes_systemd_analyze_verify(tmp_path):
+    """Found (issue 32, 6): ``SupplementaryGroups=_lldpd`` failed (216/GROUP) where lldpd is absent.
+    The units name /opt/fabricwatch/bin/fabricwatch; here they run the installed one."""
+    installed = shutil.which("fabricwatch")
+    assert installed, "fabricwatch is not installed"
+    for unit in sorted((DEPLOY / "systemd").glob("*.service")):
+        text = unit.read_text().replace("/opt/fabricwatch/bin/fabricwatch", installed)
+        assert "SupplementaryGroups=" not in "".join(
+            line for line in text.splitlines(keepends=True) if not line.startswith("#")
+        ), unit.name
+        name = unit.name.replace("@.service", "@1.service")
+        (tmp_path / name).write_text(text)
+        done = subprocess.run(
+            ["systemd-analyze", "verify", str(tmp_path / name)], capture_output=True, text=True, timeout=60
+        )
+        said = done.stdout + done.stderr
+        assert done.returncode == 0 and "Unknown" not in said and "not executable" not in said, (
+            unit.name,
+            said,
+        )

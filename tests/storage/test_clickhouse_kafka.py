@@ -226,6 +226,8 @@ def test_cli_sink_stores_what_the_broker_holds(broker, tmp_path, fabric_stream, 
         "3",
         "--rebalance-timeout",
         "6",
+        "--web-port",
+        "0",
     ]
     assert main(argv) == 0
     out = capsys.readouterr().out
