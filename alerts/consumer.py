@@ -101,11 +101,13 @@ def run_consumer(
     drain_s: float = 10.0,
     consumer_options: dict[str, Any] | None = None,
     web: tuple[str, int] | None = None,
+    stats: ConsumerStats | None = None,
 ) -> ConsumerStats:
     """Consume until ``stop`` is set; then drain deliveries for up to ``drain_s`` and commit what
     is done. Malformed messages are counted, logged and committed past, never retried.
     ``consumer_options`` go to KafkaConsumer (group timeouts in tests). With ``web`` (address,
-    port), ``/metrics`` and ``/healthz`` are served there while it runs."""
+    port), ``/metrics`` and ``/healthz`` are served there while it runs. ``stats``, when given, is
+    counted into as it runs (a caller watching it)."""
     from kafka import KafkaConsumer
     from kafka.errors import KafkaError
     from kafka.structs import OffsetAndMetadata
@@ -133,7 +135,7 @@ def run_consumer(
     options.update(consumer_options or {})
     consumer = KafkaConsumer(topics.ANOMALIES, **settings.kafka_kwargs(), **options)
     epochs = LogEpochs(consumer, "alerts")
-    stats = ConsumerStats()
+    stats = stats if stats is not None else ConsumerStats()
     committed: dict[Any, int] = {}
     high_water = sum(q.receiver.queue_size for q in service.queues.values()) // 2
 

@@ -17,7 +17,7 @@ from helpers.malformed import KINDS, make
 from helpers.waiting import wait_for
 
 from fabricwatch.alerts.config import parse_alerts
-from fabricwatch.alerts.consumer import OffsetTracker, run_consumer
+from fabricwatch.alerts.consumer import ConsumerStats, OffsetTracker, run_consumer
 from fabricwatch.alerts.receiver import WebhookReceiver
 from fabricwatch.local.broker import EmbeddedBroker
 from fabricwatch.schemas import topics
@@ -77,11 +77,16 @@ def ends(settings: BrokerSettings) -> dict[int, int]:
 class Consumer:
     def __init__(self, settings: BrokerSettings, config, **options: int) -> None:
         self.stop = threading.Event()
-        self.stats = None
+        self.stats = ConsumerStats()  # counted into as it runs
         self.thread = threading.Thread(
             target=self._run,
             args=(settings, config, self.stop, GROUP),
-            kwargs={"commit_interval_s": 0.2, "drain_s": 0.3, "consumer_options": TANSU | options},
+            kwargs={
+                "commit_interval_s": 0.2,
+                "drain_s": 0.3,
+                "consumer_options": TANSU | options,
+                "stats": self.stats,
+            },
             daemon=True,
         )
         self.thread.start()
