@@ -157,8 +157,9 @@ def run_consumer(
         stats.commits += 1
 
     last_commit = time.monotonic()
-    server = _serve(web, service, stats, give_up) if web is not None and web[1] else None
+    server = None
     try:
+        server = _serve(web, service, stats, give_up) if web is not None and web[1] else None
         while not stop.is_set():
             stats.turned_at = time.monotonic()
             if service.pending > high_water:
@@ -228,7 +229,7 @@ def _serve(web: tuple[str, int], service: AlertService, stats: ConsumerStats, gi
         by_receiver,
     )
     server = MetricsServer(metrics.registry, metrics.health, *web).start()
-    log.warning("/metrics and /healthz on http://%s:%d", web[0], server.port)
+    log.info("/metrics and /healthz on http://%s:%d", web[0], server.port)
     return server
 
 

@@ -22,7 +22,7 @@ FORMATS = ("text", "json")
 CHATTY = ("kafka", "aiokafka", "faust", "mode", "urllib3", "clickhouse_driver", "grpc")
 """Libraries kept at warning unless debugging."""
 _SECRET_KEY = re.compile(r"password|secret|token|sasl_plain", re.I)
-_URL_PASSWORD = re.compile(r"(://[^:/@\s]+:)[^@\s]+@")
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]+@")
 
 
 class _Stderr(logging.StreamHandler):
@@ -69,8 +69,9 @@ def setup_logging(level: str = "info", fmt: str = "text") -> None:
     )
     root.addHandler(handler)
     root.setLevel(level.upper())
+    chatty = logging.DEBUG if level == "debug" else max(logging.WARNING, logging.getLevelName(level.upper()))
     for name in CHATTY:
-        logging.getLogger(name).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+        logging.getLogger(name).setLevel(chatty)
 
 
 def log_start(daemon: str, settings: Mapping[str, Any]) -> None:

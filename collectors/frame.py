@@ -53,7 +53,7 @@ class Web:
 @dataclass
 class Frame:
     """One collector daemon's surroundings, open between ``with`` and its end (the trace flushed, the
-    publisher's last messages sent, the web server stopped, a line said of each)."""
+    publisher's last messages sent and a line saying what the broker took, the web server stopped)."""
 
     daemon: str
     """Its name in ``WEB_PORTS``, in what it says and in the trace's header: ``collect sonic``."""
@@ -115,7 +115,7 @@ class Frame:
         if port:
             server = self._stack.enter_context(MetricsServer(registry, health, self.web.bind, port))
             self.port = server.port
-            self.warn(f"/metrics and /healthz on http://{self.web.bind}:{server.port}")
+            self.say(f"/metrics and /healthz on http://{self.web.bind}:{server.port}")
 
     def published(self) -> dict[str, int]:
         """What the broker did with the messages handed to it, by outcome (none without a broker)."""
@@ -134,9 +134,16 @@ class Frame:
         self._stack.callback(close)
 
     def warn(self, text: str) -> None:
-        """Say something about the collector's work: a warning of the daemon's logger
+        """Something went wrong with the collector's work: a warning of the daemon's logger
         (``fabricwatch.collect.sonic``), which the command line's logging setup formats."""
-        logging.getLogger(f"fabricwatch.{self.daemon.replace(' ', '.')}").warning("%s", text)
+        self._log().warning("%s", text)
+
+    def say(self, text: str) -> None:
+        """What the collector is doing (where it serves, what it sent): the daemon's info."""
+        self._log().info("%s", text)
+
+    def _log(self) -> logging.Logger:
+        return logging.getLogger(f"fabricwatch.{self.daemon.replace(' ', '.')}")
 
     def _open_publisher(self, settings: BrokerSettings) -> None:
         from fabricwatch.streams.kafka_io import Publisher, ensure_topics
@@ -149,4 +156,4 @@ class Frame:
     def _close_publisher(self, publisher: Publisher) -> None:
         publisher.close()
         s = publisher.stats
-        self.warn(f"published {s.acked} of {s.sent} {self.what} ({s.failed} failed, {s.dropped} dropped)")
+        self.say(f"published {s.acked} of {s.sent} {self.what} ({s.failed} failed, {s.dropped} dropped)")

@@ -59,6 +59,8 @@ def translate(
     if settings is None or publisher is None:
         raise ValueError("the translator reads and writes a broker: give --broker HOST:PORT")
     stats = stats if stats is not None else TranslateStats()
+    metrics = TranslateMetrics(lambda: _counts(stats, assembler), frame.published)
+    frame.serve(metrics.registry, metrics.health)
     consumer = KafkaConsumer(
         from_topic,
         **settings.kafka_kwargs(),
@@ -67,8 +69,6 @@ def translate(
         auto_offset_reset="earliest" if from_beginning else "latest",
     )
     said: set[str] = set()
-    metrics = TranslateMetrics(lambda: _counts(stats, assembler), frame.published)
-    frame.serve(metrics.registry, metrics.health)
 
     def send(snaps: list[Snapshot]) -> None:
         for snap in snaps:

@@ -5,7 +5,6 @@ Inspector output, Kineto traces, Flight Recorder dumps) read into a trace of pha
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -57,10 +56,9 @@ def follow(cfg: FollowSettings, readers: JobReaders, frame: Frame, count: int | 
             frame.stop.wait(cfg.interval_s)
         _put(frame, readers.close_all())
         t = tail.stats
-        print(
+        frame.say(
             f"followed {t.files} files: {t.lines} lines ({t.rotations} rotations, {t.truncations} "
-            f"truncations, {t.vanished} removed, {t.not_utf8} not UTF-8)",
-            file=sys.stderr,
+            f"truncations, {t.vanished} removed, {t.not_utf8} not UTF-8)"
         )
 
 

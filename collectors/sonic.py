@@ -108,7 +108,7 @@ def run_assigned(cfg: SonicSettings, frame: Frame, count: int | None = None) -> 
     while not frame.stop.is_set():
         assignments.changed.clear()
         targets = assignments.current()
-        frame.warn(f"assigned {len(targets)} switches: {', '.join(t.name for t in targets) or 'none yet'}")
+        frame.say(f"assigned {len(targets)} switches: {', '.join(t.name for t in targets) or 'none yet'}")
         round_stop = threading.Event()
         threading.Thread(
             target=_until, args=(assignments.changed, frame.stop, round_stop), daemon=True

@@ -214,12 +214,12 @@ class ServerAddress:
         u = urlparse(url)
         if u.scheme != "clickhouse" or not u.hostname:
             raise ValueError(
-                f"{_redact(url)}: expected clickhouse://[user[:password]@]host[:port][/database]"
+                f"{redact_url(url)}: expected clickhouse://[user[:password]@]host[:port][/database]"
             )
         try:
             port = u.port or 9000
         except ValueError:
-            raise ValueError(f"{_redact(url)}: the port is not a number") from None
+            raise ValueError(f"{redact_url(url)}: the port is not a number") from None
         db = u.path.strip("/") or "fabricwatch"
         password = unquote(u.password or "") or environ.get("FABRICWATCH_CLICKHOUSE_PASSWORD", "")
         return cls(u.hostname, port, unquote(u.username or "default"), password, db)
@@ -357,7 +357,7 @@ def open_backend(target: str | Path, database: str = "fabricwatch") -> Backend:
     if text.startswith("clickhouse://"):
         return ServerBackend(ServerAddress.parse(text))
     if "://" in text:
-        raise ValueError(f"{_redact(text)}: a store is a directory or a clickhouse:// URL")
+        raise ValueError(f"{redact_url(text)}: a store is a directory or a clickhouse:// URL")
     return ChdbBackend(Path(text), database)
 
 
@@ -373,7 +373,7 @@ def _short(sql: str) -> str:
     return flat if len(flat) <= 160 else flat[:157] + "..."
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
     u = urlparse(url)
     if u.password:
         return url.replace(f":{u.password}@", ":***@")

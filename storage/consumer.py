@@ -39,7 +39,7 @@ from fabricwatch.schemas.messages import (
     Topology,
     decode,
 )
-from fabricwatch.storage.backends import StoreError
+from fabricwatch.storage.backends import StoreError, redact_url
 from fabricwatch.storage.sink import DEFAULT_MAX_DELAY_S, DEFAULT_MAX_ROWS, Sink, SinkStats
 from fabricwatch.storage.store import Store
 from fabricwatch.streams.daemon_metrics import DaemonMetrics
@@ -163,17 +163,28 @@ class StoreConsumer:
             self._consumer.close(autocommit=False)
         return self.stats
 
+    def close(self) -> None:
+        """Leave the group without running (what ``run`` does at its end)."""
+        self._consumer.close(autocommit=False)
+
     def _measure_lag(self, now: float) -> None:
         """The records waiting on its partitions (the broker's ends less its positions)."""
         from kafka.errors import KafkaError
 
         self._lag_at = now
-        parts = list(self._consumer.assignment())
+        lag = 0
         try:
-            ends = self._consumer.end_offsets(parts) if parts else {}
-            self.lag = sum(max(0, end - self._consumer.position(tp)) for tp, end in ends.items())
+            for tp in self._consumer.assignment():
+                end = self._consumer.highwater(tp)  # from the last fetch: no request, no wait
+                position = self._consumer.position(tp, timeout_ms=200)
+                if end is None or position is None:
+                    self.lag = None  # not fetched yet: unknown, never 0 by mistake
+                    return
+                lag += max(0, end - position)
         except KafkaError:  # a rebalance or the broker away: the lag is unknown until the next try
             self.lag = None
+            return
+        self.lag = lag
 
     def poll_once(self, timeout_ms: int = 200) -> int:
         """Take one poll's records into the sink; return how many."""
@@ -232,6 +243,7 @@ class StoreConsumer:
         """Sleep while keeping the group membership alive (polls of paused partitions return nothing)."""
         deadline = time.monotonic() + delay_s
         while time.monotonic() < deadline:
+            self.turned_at = time.monotonic()  # waiting out an outage is alive: /healthz says so
             if stop is not None and stop.is_set():
                 return False
             self._consumer.poll(timeout_ms=int(min(0.2, max(0.0, deadline - time.monotonic())) * 1000))
@@ -291,7 +303,7 @@ def open_store(target: str | Path, stop: threading.Event, backoff: Backoff | Non
     away), as the running sink waits out an outage: said when it begins and ends, retried with
     backoff; None when ``stop`` comes first. A bad target (a typo in the URL) fails the same way a
     down server does, so the log line names the target and the error."""
-    trouble = Trouble(f"store {target}", log)
+    trouble = Trouble(f"store {redact_url(str(target))}", log)
     for delay in (backoff or Backoff()).delays():
         try:
             store = Store.open(target)
@@ -356,8 +368,12 @@ def run_sink(
     with ExitStack() as stack:
         if web is not None and web[1]:
             metrics = sink_metrics(consumer)
-            server = stack.enter_context(MetricsServer(metrics.registry, metrics.health, *web))
-            log.warning("/metrics and /healthz on http://%s:%d", web[0], server.port)
+            try:
+                server = stack.enter_context(MetricsServer(metrics.registry, metrics.health, *web))
+            except OSError:
+                consumer.close()
+                raise
+            log.info("/metrics and /healthz on http://%s:%d", web[0], server.port)
         stats = consumer.run(stop, idle_exit_s)
     if report is not None:
         s = consumer.sink_stats

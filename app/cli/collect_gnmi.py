@@ -45,7 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     options.add_interval(p, "samples (gNMI SAMPLE interval)")
     options.add_count(p, "snapshots")
     options.add_web(p, "collect gnmi")
-    options.add_logging(p)
+    options.add_logging(p, under=True)
 
 
 def settings_of(args: argparse.Namespace) -> GnmiSettings:

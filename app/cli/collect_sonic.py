@@ -49,7 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="put the configured switches on the fabric.switches topic for --assigned replicas, and exit",
     )
     options.add_web(p, "collect sonic")
-    options.add_logging(p)
+    options.add_logging(p, under=True)
 
 
 def settings_of(args: argparse.Namespace) -> SonicSettings:

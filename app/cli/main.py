@@ -108,7 +108,7 @@ def _broker_error(args: argparse.Namespace, exc: Exception) -> str:
     where = (
         getattr(args, "broker", None)
         or os.environ.get("FABRICWATCH_BROKER")
-        or (f"(broker.bootstrap of {config})" if config else "")
+        or (f"(broker.bootstrap of {config})" if config else "(none named)")
     )
     name = type(exc).__name__
     text = str(exc).removeprefix(f"{name}: ").strip() or name

@@ -366,20 +366,24 @@ def add_web(
     )
 
 
-def add_logging(p: argparse.ArgumentParser) -> None:
-    """How a daemon logs: every line with its time, level and component (``app/daemon_logs.py``)."""
+def add_logging(p: argparse.ArgumentParser, under: bool = False) -> None:
+    """How a daemon logs: every line with its time, level and component (``app/daemon_logs.py``).
+    ``under``: a sub-command of a command that has them too (``collect sonic``), whose defaults
+    must not undo what was given before the sub-command's name."""
     from fabricwatch.daemon_logs import FORMATS, LEVELS
+
+    level, fmt = (argparse.SUPPRESS, argparse.SUPPRESS) if under else ("info", "text")
 
     _defined(
         "logging",
         p.add_argument(
             "--log-level",
             choices=LEVELS,
-            default="info",
+            default=level,
             help="the least a line must be to be logged (default: info)",
         ),
         p.add_argument(
-            "--log-format", choices=FORMATS, default="text", help="text lines, or JSON lines (default: text)"
+            "--log-format", choices=FORMATS, default=fmt, help="text lines, or JSON lines (default: text)"
         ),
     )
 

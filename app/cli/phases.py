@@ -4,8 +4,8 @@ logs, followed live on a node or read from finished logs, to ``fabric.phases`` o
 from __future__ import annotations
 
 import argparse
+import logging
 import socket
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -101,4 +101,4 @@ def _collect(args: argparse.Namespace, readers: JobReaders) -> int:
 
 
 def _warn(text: str) -> None:
-    print(f"fabricwatch phases: {text}", file=sys.stderr, flush=True)
+    logging.getLogger("fabricwatch.phases").warning("%s", text)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import contextlib
+import logging
 
 from fabricwatch.cli import options
 from fabricwatch.storage.store import DEFAULT_DATA_DIR
+
+log = logging.getLogger("fabricwatch.sink")
 
 HELP = "store fabric.rates/anomalies/phases/topology from Kafka into ClickHouse"
 DESCRIPTION = """Consume fabric.rates, fabric.anomalies, fabric.phases and fabric.topology and insert
@@ -47,6 +50,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     options.add_logging(p)
 
 
+def _waiting_health(bind: str, port: int) -> contextlib.AbstractContextManager[object]:
+    """``/healthz`` while the sink waits for its store at start: alive (a restart would not bring
+    ClickHouse back), saying what it waits for; the full ``/metrics`` come once it runs."""
+    if not port:
+        return contextlib.nullcontext()
+    from prometheus_client import CollectorRegistry
+
+    from fabricwatch.streams.metrics_server import MetricsServer
+
+    return MetricsServer(CollectorRegistry(), lambda: (True, "waiting for the store to open"), bind, port)
+
+
 def run(args: argparse.Namespace) -> int:
     from fabricwatch.storage.consumer import open_store, run_sink
 
@@ -54,13 +69,12 @@ def run(args: argparse.Namespace) -> int:
     options.start_logging(args, "sink")
     stopping = options.Stopping()
     stop = stopping.event
-    opened = open_store(options.store_target(args), stop)
+    with _waiting_health(args.web_bind, args.web_port):
+        opened = open_store(options.store_target(args), stop)
     if opened is None:
         return stopping.exit_code
     with opened as store:
-        print(
-            f"storing into {store.where} from {settings.bootstrap} (group {args.group_id})", file=sys.stderr
-        )
+        log.info("storing into %s from %s (group %s)", store.where, settings.bootstrap, args.group_id)
         timeout_ms = int(args.rebalance_timeout * 1000)
         session_ms = min(timeout_ms, int(args.session_timeout * 1000))
         consumer_options = {

@@ -28,6 +28,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     options.add_group_id(w, "fabricwatch")
     options.add_session_timeout(w)
     options.add_logging(w)
+    w.add_argument(  # the name before --log-level, kept for scripts that pass it
+        "--loglevel", dest="log_level", choices=["debug", "info", "warn", "error"], help=argparse.SUPPRESS
+    )
 
 
 def run(args: argparse.Namespace) -> int:
