@@ -47,10 +47,17 @@ class Collector:
             polled = self._consumer.poll(timeout_ms=200)
             if not self._epochs.changed():
                 self.records.extend(r for records in polled.values() for r in records)
-            parts = list(self._consumer.assignment())
-            ends = self._consumer.end_offsets(parts) if parts else {}
-            self._at_end = bool(ends) and all(self._consumer.position(tp) >= end for tp, end in ends.items())
+            self._at_end = self._read_to_end()
             self._rounds += 1
+
+    def _read_to_end(self) -> bool:
+        """Whether its position is at the broker's end of every partition it reads (asked now)."""
+        parts = list(self._consumer.assignment())
+        ends = self._consumer.end_offsets(parts) if parts else {}
+        positions = {tp: self._consumer.position(tp, timeout_ms=1000) for tp in ends}
+        return bool(ends) and all(
+            positions[tp] is not None and positions[tp] >= end for tp, end in ends.items()
+        )
 
     def caught_up(self, timeout_s: float = 30.0) -> bool:
         """Whether, in a round begun after this call, the reader had read all the topic held: what
