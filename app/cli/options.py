@@ -76,7 +76,8 @@ def add_broker(p: argparse.ArgumentParser, what: str = "Kafka bootstrap HOST:POR
             "--broker-config",
             type=Path,
             default=None,
-            help="config file whose broker: section (SASL/TLS) to use (default: --config's file)",
+            help="config file whose broker: section (SASL/TLS) to use (default: --config's file, for a "
+            "command that takes one)",
         ),
     )
 
