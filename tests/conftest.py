@@ -14,6 +14,7 @@ installs it).
 from __future__ import annotations
 
 import itertools
+import logging
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,7 @@ import pytest
 from helpers import streaming
 from helpers.paths import FIXTURES, ROOT, SCENARIOS
 
+from fabricwatch.daemon_logs import CHATTY
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.detectors.summary import summarise
 from fabricwatch.ingest.simulator import load_scenario, simulate
@@ -59,6 +61,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.processes)
         if item.get_closest_marker("processes") or item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """A daemon's command run in this process sets up logging for the process (its handler on the
+    root logger, the libraries' levels); the next test gets the logging it would have had alone."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    chatty = {name: logging.getLogger(name).level for name in CHATTY}
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, was in chatty.items():
+        logging.getLogger(name).setLevel(was)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import socket
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -77,9 +78,10 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.gap <= 60:
         raise ValueError("--gap must be between 0 and 60 seconds")
     source = "nccl-log" if args.mode == "import" else f"nccl-log:{socket.gethostname()}"
-    readers = JobReaders(args.job, args.gap, source, _warn, args.mode == "collect")
+    warn = _log if args.mode == "collect" else _say
+    readers = JobReaders(args.job, args.gap, source, warn, args.mode == "collect")
     if args.mode == "import":
-        failed = nccl_logs.import_files(args.files, readers, args.out, _warn, args.host)
+        failed = nccl_logs.import_files(args.files, readers, args.out, warn, args.host)
         print(nccl_logs.summary(readers, args.out))
         return 1 if failed else 0
     return _collect(args, readers)
@@ -100,5 +102,11 @@ def _collect(args: argparse.Namespace, readers: JobReaders) -> int:
     return stopping.exit_code
 
 
-def _warn(text: str) -> None:
+def _log(text: str) -> None:
+    """The daemon's warnings go through its logging setup (``--log-format json`` stays whole)."""
     logging.getLogger("fabricwatch.phases").warning("%s", text)
+
+
+def _say(text: str) -> None:
+    """A one-off import says what it skipped on stderr, as the other commands that are not daemons."""
+    print(f"fabricwatch phases: {text}", file=sys.stderr, flush=True)

@@ -6,22 +6,9 @@ from __future__ import annotations
 import json
 import logging
 
-import pytest
-
 from fabricwatch import __version__
 from fabricwatch.cli.main import parser
 from fabricwatch.daemon_logs import log_start, redacted, setup_logging
-
-
-@pytest.fixture(autouse=True)
-def restore_logging():
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    for name in ("kafka", "faust"):
-        logging.getLogger(name).setLevel(logging.NOTSET)
 
 
 def test_json_lines_carry_time_level_component_and_message(capsys):

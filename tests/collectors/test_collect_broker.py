@@ -111,7 +111,7 @@ def test_the_daemon_publishes_what_a_worker_turns_into_the_counters_rates(broker
         out, err = daemon.communicate(timeout=30)
         moving.stop()
     assert daemon.returncode == 0, err  # SIGTERM: what was read is sent, and a clean exit
-    published = [line for line in err.splitlines() if line.startswith("published ")]
+    published = [line for line in err.splitlines() if ": published " in line]
     assert published and "(0 failed, 0 dropped)" in published[0], err
     assert "collected " in out
 

@@ -82,7 +82,7 @@ def test_the_daemon_publishes_what_a_worker_turns_into_the_switch_s_rates(broker
             db.close()
     assert daemon.returncode == 0, err
     assert "collected " in out
-    published = [line for line in err.splitlines() if line.startswith("published ")]
+    published = [line for line in err.splitlines() if ": published " in line]
     assert published and "(0 failed, 0 dropped)" in published[0], err
     assert "refresh intervals from CONFIG_DB" in err  # it says which schedule it works to
 
