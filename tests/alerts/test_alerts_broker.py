@@ -74,6 +74,17 @@ def ends(settings: BrokerSettings) -> dict[int, int]:
         c.close()
 
 
+def prompt(rx: WebhookReceiver):
+    """Every alert its own group, sent at once, retried after 100 ms: to one receiver."""
+    return parse_alerts(
+        {
+            "receivers": [{"name": "rx", "url": rx.url, "backoff_initial": "100ms"}],
+            "route": {"receiver": "rx", "group_by": ["..."], "group_wait": 0, "group_interval": "200ms"},
+        },
+        environ={},
+    )
+
+
 class Consumer:
     def __init__(self, settings: BrokerSettings, config, **options: int) -> None:
         self.stop = threading.Event()
@@ -170,13 +181,7 @@ def test_a_restarted_broker_s_new_log_is_read_from_its_beginning(caplog):
     with EmbeddedBroker() as b, WebhookReceiver() as rx:
         settings = BrokerSettings(bootstrap=b.bootstrap)
         ensure_topics(settings, [topics.ANOMALIES])
-        config = parse_alerts(
-            {
-                "receivers": [{"name": "rx", "url": rx.url, "backoff_initial": "100ms"}],
-                "route": {"receiver": "rx", "group_by": ["..."], "group_wait": 0, "group_interval": "200ms"},
-            },
-            environ={},
-        )
+        config = prompt(rx)
         publisher = Publisher(settings, linger_ms=0)
         for a in anomalies("firing"):
             publisher.send(topics.ANOMALIES, a.fingerprint, encode(a))
@@ -357,13 +362,7 @@ def test_the_alerter_serves_its_deliveries_repeats_and_queue_on_metrics():
     with EmbeddedBroker() as b, WebhookReceiver() as rx:
         settings = BrokerSettings(bootstrap=b.bootstrap)
         ensure_topics(settings, [topics.ANOMALIES])
-        config = parse_alerts(
-            {
-                "receivers": [{"name": "rx", "url": rx.url, "backoff_initial": "100ms"}],
-                "route": {"receiver": "rx", "group_by": ["..."], "group_wait": 0, "group_interval": "200ms"},
-            },
-            environ={},
-        )
+        config = prompt(rx)
         publisher = Publisher(settings, linger_ms=0)
         for a in anomalies("firing") * 2:
             publisher.send(topics.ANOMALIES, a.fingerprint, encode(a))
