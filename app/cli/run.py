@@ -115,6 +115,14 @@ def run_pipeline(
             settings = BrokerSettings(bootstrap=broker.bootstrap)
             _say(out, args, f"embedded Kafka-protocol broker (Tansu) on {broker.bootstrap}")
         ensure_topics(settings)
+        # The sink and the alerter join their groups while the workers start: a Ctrl-C soon after
+        # the first alert must still find what was published stored (found: a loaded machine's
+        # sink had not joined yet, and the run's embedded broker took the records with it).
+        store = None if args.no_store else stack.enter_context(_Store(options.store_target(args)))
+        if store is not None:
+            stack.enter_context(_Background("sink", _sink, settings, store))
+        if args.alerts is not None:
+            stack.enter_context(_Background("alerts", _alerts, settings, args.alerts))
         extra = ["--config", str(args.config)] if args.config else []
         logs = log_dir or tmp
         workers = [
@@ -129,11 +137,6 @@ def run_pipeline(
         stats = simulate(load_scenario(scenario, overrides), trace, args.seed)
         for w in workers:
             w.wait_ready()
-        store = None if args.no_store else stack.enter_context(_Store(options.store_target(args)))
-        if store is not None:
-            stack.enter_context(_Background("sink", _sink, settings, store))
-        if args.alerts is not None:
-            stack.enter_context(_Background("alerts", _alerts, settings, args.alerts))
         _say(out, args, f"{len(workers)} worker(s) ready; feeding {scenario.name} at {args.speed:g}x ...")
         _say(
             out,
@@ -174,7 +177,7 @@ def run_pipeline(
         if store is not None:
             _say(out, args, f"waiting for the sink to store everything in {store.where} ...")
             _wait_stored(settings)
-            stack.close()  # the sink commits, then workers and broker stop; then the report
+            stack.close()  # workers stop, the sink stores and commits, the broker stops; then the report
             result.stored = store.where
             result.report = _report(store.target, args.report, start_ns)
     return result
