@@ -93,7 +93,7 @@ def one_pass(topology: Topology, polls: list[list[Snapshot]], model: OutlierMode
     for poll in polls:
         for snap in poll:
             stage1.process(snap)
-        stage1.flush()
+        stage1.flush(poll[-1].ts_ns)
     return time.perf_counter() - start
 
 

@@ -39,6 +39,9 @@ Defaults and where they come from:
   reported as evidence but do not gate: with eight members, one saturated uplink beside seven at a
   quarter load still has entropy 0.92, so an entropy threshold would have to depend on the group
   size.
+* Device silence — a device is dark once it has missed ``dark_after_polls`` (5) of its own polls
+  and at least ``min_dark_s`` (10 s): one or two missed polls are routine (a slow switch CLI, a
+  collector restart), five in a row are not. Timed on the fabric's clock, not the wall's.
 * Learned outliers — no threshold is set by hand. A port class's threshold is the
   ``threshold_quantile`` of its IsolationForest's scores on the baseline (0.9995: one baseline
   poll in two thousand scores above it); a health feature (errors, retransmissions, a queue on an

@@ -163,8 +163,14 @@ class Correlator:
         return now_ns - first >= group.interval_ns
 
     def _expire(self, now_ns: int) -> None:
-        """Forget symptoms whose device stopped reporting (collector gone): they cannot clear."""
-        stale = [k for k, s in self._active.items() if now_ns - s.symptom.ts_ns > 3 * max(s.interval_ns, NS)]
+        """Forget symptoms whose device stopped reporting (collector gone): they cannot clear. The
+        device's silence is an incident of its own (``silence``), whose symptom is held until cleared."""
+        held = {name for name, kind in self.registry.symptoms.items() if kind.until_cleared}
+        stale = [
+            k
+            for k, s in self._active.items()
+            if k[0] not in held and now_ns - s.symptom.ts_ns > 3 * max(s.interval_ns, NS)
+        ]
         for k in stale:
             self._forget(k)
 
@@ -276,7 +282,8 @@ class Correlator:
     def _resolve(self, groups: dict[str, Group], now_ns: int) -> list[Anomaly]:
         """Resolve incidents quiet for ``resolve_after_s`` and over two of their polls, so that one
         missed or calm poll at 10 s polling does not split an incident in two. An incident on a
-        device inside an active storm's pause tree waits for the storm to end."""
+        device inside an active storm's pause tree waits for the storm to end, and one on a device
+        gone silent waits for it to report again."""
         out = []
         kinds = self.registry.incidents
         frozen = {
@@ -285,9 +292,13 @@ class Correlator:
             if kinds[i.kind].freezes_traffic and fp in groups
             for d in i.devices
         }
+        blind = {i.root.device for fp, i in self._incidents.items() if kinds[i.kind].blinds and fp in groups}
         for fp, incident in list(self._incidents.items()):
             if fp in groups:
                 incident.interval_ns = groups[fp].interval_ns
+                continue
+            if not kinds[incident.kind].blinds and (incident.devices | {incident.root.device}) & blind:
+                incident.quiet_since_ns = None  # nothing is known of its device: not over
                 continue
             if not kinds[incident.kind].freezes_traffic and incident.devices & frozen:
                 # Traffic through a storm's tree is frozen: its silence says nothing about this fault.

@@ -158,7 +158,7 @@ class Pipeline:
         return [] if due is None else self._tick(due)
 
     def _tick(self, now_ns: int) -> list[Anomaly]:
-        held = self.stage1.flush()
+        held = self.stage1.flush(now_ns)
         self.stats.symptoms += len(held)
         for s in held:
             self.stage2.on_symptom(s)

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import msgspec
 
-from fabricwatch.detectors import ecmp, incast, nic_congestion, pfc_storm
+from fabricwatch.detectors import ecmp, incast, nic_congestion, pfc_storm, silence
 from fabricwatch.detectors.outliers import detector as outliers
 from fabricwatch.detectors.spec import Detector, IncidentKind, SymptomKind
 from fabricwatch.schemas import vocabulary
@@ -30,6 +30,7 @@ DETECTORS: tuple[Detector, ...] = (
     pfc_storm.NIC_PAUSE_STORM,
     nic_congestion.DETECTOR,
     outliers.DETECTOR,
+    silence.DETECTOR,
 )
 """In the order stage 1 runs them on a device (the order of a poll's symptoms)."""
 

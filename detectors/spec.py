@@ -17,7 +17,7 @@ delivers a kind it has never heard of.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -50,6 +50,24 @@ class DeviceDetector(Protocol):
     def open(self, device: str) -> bool:
         """Whether a streak of the device's is running or reported: its next poll matters even if
         it carries none of the detector's signals."""
+        ...
+
+
+class ClockWatch(Protocol):
+    """A detector timed by the fabric's clock rather than by what a poll shows: told of every
+    poll, swept as stage 1's time moves (``silence``)."""
+
+    def seen(self, device: str, device_kind: str, ts_ns: int) -> bool:
+        """A poll of the device; True when its rates span a spell the watch found the device dark
+        (averages over it, which no detector should judge as the device's present)."""
+        ...
+
+    def sweep(self, now_ns: int) -> list[Symptom]:
+        """Symptoms that started or cleared as time moved to ``now_ns``."""
+        ...
+
+    def forget(self, devices: Iterable[str], now_ns: int) -> list[Symptom]:
+        """Stop timing these devices (read by another worker now); clear what was reported."""
         ...
 
 
@@ -108,6 +126,9 @@ class SymptomKind:
     incident: str | None = None
     """The incident kind this symptom makes or joins; None: evidence for other incidents only."""
     root: RootRule | None = None
+    until_cleared: bool = False
+    """Held by stage 2 until stage 1 clears it, never expired for want of updates: a symptom about
+    a device that is not reporting (``silence``) gets none."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +155,9 @@ class IncidentKind:
     gave (an incast is identified by its receiving host, reported at its first rail's leaf port)."""
     freezes_traffic: bool = False
     """While it is open, other incidents on its devices do not resolve: their silence is its doing."""
+    blinds: bool = False
+    """While it is open nothing is known of its root device: no other incident on that device
+    resolves, whatever its kind (a storm's root gone dark is not a storm over)."""
     explains_devices: bool = True
     """A learned outlier on a device of such an incident is part of it, not an incident of its own."""
 
@@ -148,6 +172,8 @@ class Detector:
     make: Callable[[Any], DeviceDetector] | None = None
     """Builds the device detector from the whole detector config; None for a detector that runs
     in stage 2 only, or whose object is given to stage 1 (the learned outliers)."""
+    watch: Callable[[Any], ClockWatch] | None = None
+    """Builds, from the whole detector config, a stage-1 watch timed by the fabric's clock."""
     signals: frozenset[str] | None = None
     """Counters of which at least one must be above zero in a poll for the detector to say
     anything about it while no streak of the device is open. Declared, a device kind all of whose

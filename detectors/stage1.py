@@ -40,6 +40,7 @@ class Stage1:
             detector = spec.make(self.config)  # type: ignore[misc]
             for kind in spec.device_kinds:
                 self._detectors[kind].append(detector)
+        self._watches = [spec.watch(self.config) for spec in registry.detectors if spec.watch is not None]
         self._outliers = outliers
         self._signals = {kind: registry.calm_signals(kind) for kind in self._detectors}
         """Per device kind, the counters a poll must show for it to be worth detecting on."""
@@ -50,14 +51,16 @@ class Stage1:
         self.fabric = FabricMap(topology, self.config.default_link_gbps)
 
     def process(self, snap: Snapshot) -> tuple[RateFrame | None, list[Symptom]]:
+        after_dark = self._seen((snap,))
         line, known = self.fabric.speeds(snap.device, snap.ports)
         frame = self.rates.update(snap, known)
-        if frame is None:
-            return None, []
+        if frame is None or after_dark:
+            return frame, []
         return frame, self._detect(frame, line)
 
     def process_batch(self, snaps: Sequence[Snapshot]) -> list[tuple[RateFrame | None, list[Symptom]]]:
         """``process`` of each snapshot in order, with the same results, at a fraction of the cost."""
+        after_dark = self._seen(snaps)
         speeds = [self.fabric.speeds(s.device, s.ports) for s in snaps]
         frames = self.rates.update_batch(snaps, [known for _, known in speeds])
         calm = self._calm(frames) if self._outliers is None else set()
@@ -65,7 +68,7 @@ class Stage1:
         for i, (frame, (line, _)) in enumerate(zip(frames, speeds, strict=True)):
             if frame is None:
                 out.append((None, []))
-            elif i in calm and frame.device not in self._open:  # open: as the loop left it
+            elif i in after_dark or (i in calm and frame.device not in self._open):  # open: as left
                 out.append((frame, []))
             else:
                 out.append((frame, self._detect(frame, line)))
@@ -87,9 +90,25 @@ class Stage1:
             symptoms += self._outliers.update(frame, line, edge)
         return symptoms
 
-    def flush(self) -> list[Symptom]:
-        """Symptoms the learned outlier detector held back for batch scoring; call once per tick."""
-        return self._outliers.flush() if self._outliers is not None else []
+    def flush(self, now_ns: int) -> list[Symptom]:
+        """Symptoms the learned outlier detector held back for batch scoring, and those of the
+        watches as the fabric's time reached ``now_ns``; call once per tick."""
+        held = self._outliers.flush() if self._outliers is not None else []
+        return held + [s for w in self._watches for s in w.sweep(now_ns)]
+
+    def forget(self, devices: Sequence[str], now_ns: int) -> list[Symptom]:
+        """The watches' clears for devices another worker reads now."""
+        return [s for w in self._watches for s in w.forget(devices, now_ns)]
+
+    def _seen(self, snaps: Sequence[Snapshot]) -> set[int]:
+        """Tell the watches of these polls; the indexes of those that end a dark spell of their
+        device, whose rates average the spell: the detectors judge the device again from its next."""
+        return {
+            i
+            for w in self._watches
+            for i, snap in enumerate(snaps)
+            if w.seen(snap.device, snap.device_kind, snap.ts_ns)
+        }
 
     def _calm(self, frames: Sequence[RateFrame | None]) -> set[int]:
         """Which frames carry none of their device kind's declared signals above zero: checked per

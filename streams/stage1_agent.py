@@ -194,6 +194,8 @@ class _Offsets(ConsumerRebalanceListener):
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         self._w.progress.joined.add("stage1")
+        async with self._w.stage1_lock:  # devices now read elsewhere are no longer timed here
+            self._w.stage1.keep_sources({f"{tp.topic}/{tp.partition}" for tp in assigned})
         fresh = [tp for tp in assigned if await self._consumer.committed(tp) is None]
         for tp, offset in (await self._earlier_build(fresh)).items():
             log.info("stage 1 starts %s/%d at offset %d, committed by an earlier build", *tp, offset)

@@ -115,6 +115,18 @@ class Stage1Worker:
         self._pod_keys: list[bytes] = [UNKNOWN_POD.encode()]
         self._newest: dict[str, int] = {}
         self.clock: ClockGuard[tuple[Snapshot, str, int]] = ClockGuard()
+        self._source_of: dict[str, str] = {}
+        """The input partition each device's snapshots came from."""
+        self._handed: list[Symptom] = []
+        """Clears for devices whose partitions went to another worker, sent with the next output."""
+
+    def keep_sources(self, sources: set[str]) -> None:
+        """After a rebalance, the partitions this worker reads: its devices on others stop being
+        timed here (``silence``), and what it reported dark about them is cleared."""
+        gone = [d for d, source in self._source_of.items() if source not in sources]
+        for device in gone:
+            del self._source_of[device]
+        self._handed += self.core.forget(gone, self.clock.now_ns)
 
     def set_topology(self, topology: Topology) -> None:
         self.core.set_topology(topology)
@@ -157,7 +169,7 @@ class Stage1Worker:
                 taken.append((held, source, index))
                 pending += len(held.ports) * len(held.counters)
         self._run(taken, batch)
-        for symptom in self.core.flush():
+        for symptom in self._take_handed() + self.core.flush(self.clock.now_ns):
             batch.add_symptom(self._pod(symptom), symptom)
         for source, ts_ns in sorted(batch.newest.items()):
             self._newest[source] = max(self._newest.get(source, 0), ts_ns)
@@ -201,6 +213,7 @@ class Stage1Worker:
         frame, symptoms = result
         batch.out.values += len(snap.ports) * len(snap.counters)
         batch.newest[source] = max(batch.newest.get(source, 0), snap.ts_ns)
+        self._source_of[snap.device] = source
         if frame is not None and self.rates:
             batch.frames[source].append(frame)
         for symptom in symptoms:
@@ -221,9 +234,15 @@ class Stage1Worker:
         """Watermarks of the partitions this worker owns, each saying whether it is caught up: one
         message per pod."""
         batch = _Batch()
+        for symptom in self._take_handed():
+            batch.add_symptom(self._pod(symptom), symptom)
         for source, done in sorted(caught_up.items()):
             batch.add_mark(self._pod_keys, Watermark(source, self._newest.get(source, 0), done))
         return _symptom_messages(batch.items)
+
+    def _take_handed(self) -> list[Symptom]:
+        handed, self._handed = self._handed, []
+        return handed
 
     def _pod(self, symptom: Symptom) -> bytes:
         return self._pods.get(symptom.device, UNKNOWN_POD).encode()

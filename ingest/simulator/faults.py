@@ -78,6 +78,8 @@ class FaultPlan:
     conditions: list[Condition] = field(default_factory=list)
     labels: list[Label] = field(default_factory=list)
     impulses: list[Impulse] = field(default_factory=list)
+    silences: list[tuple[str, float, float]] = field(default_factory=list)
+    """(device, start, end): devices not read between those seconds."""
 
 
 def plan_faults(sc: Scenario, fabric: Fabric, jobs: list[ActivityRun]) -> FaultPlan:
@@ -258,6 +260,13 @@ def _add_slowdown(c: _Context, f: sc_mod.NicSlowdown, i: int, job: str, end: flo
     return _label(sc, "outlier", f.start, end, RootCause(fabric.nics[nic], NIC_PORT), [], note)
 
 
+def _add_silent(c: _Context, f: sc_mod.DeviceSilent, i: int, job: str, end: float) -> Label:
+    if f.device not in c.fabric.switches and f.device not in c.fabric.nics:
+        raise ValueError(f"device_silent: no device {f.device!r} in the fabric")
+    c.plan.silences.append((f.device, f.start, end))
+    return _label(c.sc, "device_silent", f.start, end, RootCause(f.device), [], "device_silent: not read")
+
+
 def _next_host(fabric: Fabric, host: str) -> int:
     return (fabric.hosts.index(host) + 1) % len(fabric.hosts)
 
@@ -272,4 +281,5 @@ _ADDERS = {
     sc_mod.Idle: _add_idle,
     sc_mod.LossyLink: _add_lossy,
     sc_mod.NicSlowdown: _add_slowdown,
+    sc_mod.DeviceSilent: _add_silent,
 }

@@ -97,6 +97,7 @@ class _Simulation:
             for s, n in enumerate(fabric.switches)
         ]
         self.sw_sizes = np.diff(rows)
+        self._index = {d.name: i for i, d in enumerate(self.devices)}
         self.skew_ns = np.round(self.rng.uniform(-1, 1, len(self.devices)) * c.clock_skew_max * NS).astype(
             np.int64
         )
@@ -162,9 +163,8 @@ class _Simulation:
         """Resets and firmware events by time: ("reset", device, "", 0) or ("bump", nic, counter, n)."""
         c = self.sc.collector
         events: dict[int, list[tuple[str, int, str, int]]] = defaultdict(list)
-        names = {d.name: i for i, d in enumerate(self.devices)}
         for r in c.resets:
-            events[round(r.at * NS)].append(("reset", names[r.device], "", 0))
+            events[round(r.at * NS)].append(("reset", self._index[r.device], "", 0))
         seconds = self.end_ns / NS
         counts = self.rng.poisson(c.reset_rate_per_hour * seconds / 3600, len(self.devices))
         times = self.rng.uniform(0, seconds, int(counts.sum()))
@@ -245,6 +245,9 @@ class _Simulation:
         jitter_ns = np.round(self.rng.uniform(0, 2 * c.jitter_ms * 1e6, n_dev)).astype(np.int64)
         jitter_ns *= t_ns > 0  # the first poll is the start of time: nothing is read before it
         gap = self.rng.random(n_dev) < c.gap_probability
+        t = t_ns / NS
+        for device, start, end in self.plan.silences:
+            gap[self._index[device]] |= start <= t < end
         dup = self.rng.random(n_dev) < c.duplicate_probability
         hold = self.rng.random(n_dev) < c.reorder_probability
         back = np.minimum(jitter_ns / NS, self.last_seconds)

@@ -185,6 +185,13 @@ class NicSlowdown(_Fault, tag="nic_slowdown"):
     factor: float = 0.5
 
 
+class DeviceSilent(_Fault, tag="device_silent"):
+    """``device`` (a NIC or a switch) is not read: its collector died, or the device hangs. The
+    fabric itself is unchanged; only what is known of it."""
+
+    device: str
+
+
 Fault = (
     PfcStorm
     | SwitchStall
@@ -195,6 +202,7 @@ Fault = (
     | Idle
     | LossyLink
     | NicSlowdown
+    | DeviceSilent
 )
 
 

@@ -179,7 +179,7 @@ def test_every_shipped_kind_says_what_a_user_sees():
     for kind in REGISTRY.incidents.values():
         assert kind.title and kind.hint and kind.describe
         assert is_color_like(kind.colour), kind.name
-    assert rule_kinds() == {"pfc_storm", "incast", "ecmp_collapse"}
+    assert rule_kinds() == {"pfc_storm", "incast", "ecmp_collapse", "device_silent"}
     assert REGISTRY.kinds(needs_model=True) == {"outlier"}
 
 

@@ -13,6 +13,7 @@ from fabricwatch.detectors.ticks import Ticker
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import (
     Symptom,
+    SymptomBatch,
     Topology,
     Watermark,
     decode,
@@ -154,3 +155,30 @@ def test_stage1_publishes_rates_with_utilisation_against_the_topology_line_rates
     nic = next(r for r in rates if r.device_kind == "nic")
     util = nic.matrix()[0, nic.columns.index("tx_util")]
     assert 0 <= util <= 1.05
+
+
+def _silent(out_symptoms) -> list[tuple[str, bool, str]]:
+    items = [i for k in out_symptoms for i in decode(k.value, SymptomBatch).items]
+    return [
+        (s.device, s.active, str(s.evidence.get("cleared", "")))
+        for s in items
+        if getattr(s, "kind", "") == "device_silent"
+    ]
+
+
+def test_a_device_gone_dark_is_reported_and_cleared_when_its_partition_goes_to_another_worker(demo_trace):
+    stage1 = Stage1Worker(DetectorConfig())
+    dark, found = "h002/mlx5_0", []
+    with TraceReader(demo_trace) as reader:
+        records = [r for r in reader if r.topic == topics.COUNTERS]
+    start = records[0].ts_ns
+    for i in range(0, len(records), 500):
+        chunk = [r for r in records[i : i + 500] if r.key != dark or r.ts_ns - start < 20 * 10**9]
+        out = stage1.process([r.value() for r in chunk], ["c/1" if r.key == dark else "c/0" for r in chunk])
+        found += _silent(out.symptoms)
+    assert found and {f[:2] for f in found} == {(dark, True)}  # repeated while dark, nobody else
+    stage1.keep_sources({"c/0"})  # a rebalance gave c/1 to another worker
+    handed = _silent(stage1.heartbeat({"c/0": True}))
+    assert handed == [(dark, False, "handed over")]  # only this worker could clear it
+    out = stage1.process([r.value() for r in records[-50:]], ["c/0"] * 50)
+    assert _silent(out.symptoms) == []
