@@ -6,14 +6,15 @@ watch keeps, per device, when it was last seen and its usual poll interval, and 
 second of the fabric's time (stage 1's clock, never the wall's: a replay ages its devices at the
 speed of its trace) finds the devices dark for ``dark_after_polls`` of their polls and at least
 ``min_dark_s``. Each gets a ``device_silent`` symptom at every sweep, which stage 2 holds until the
-watch clears it: the device polled again, it stayed dark past ``forget_after_s`` (decommissioned, or moved), or
-its input partition was handed to another worker (``forget``). While the incident is open, the
-device's other incidents stay open too (``blinds``): what they would show is unknown. The first poll
-after a dark spell is not judged by the other detectors: its rates average the whole spell.
+watch clears it: the device polled again, it stayed dark past ``forget_after_s`` (decommissioned, or
+moved), or its input partition was handed to another worker (``forget``). While the incident is
+open, the device's other incidents stay open too (``blinds``): what they would show is unknown. The
+first poll after a dark spell is not judged by the other detectors: its rates average the whole
+spell.
 
-A worker only times the devices of the partitions it reads, against the newest time it has taken:
-a worker whose every device went dark at once sees no time pass. That case (a whole collector
-down) is what each collector's ``/healthz`` and Prometheus' ``up`` are for
+A worker only times the devices of the partitions it reads, against the newest time it has taken: a
+worker whose every device went dark at once sees no time pass. That case (a whole collector down) is
+what each collector's ``/healthz`` and Prometheus' ``up`` are for
 (``deploy/prometheus/fabricwatch-rules.yml``).
 """
 

@@ -149,6 +149,18 @@ class Progress:
         return generate_latest(registry)
 
 
+def healthy_gauge(ok: bool) -> Any:
+    """``fabricwatch_healthy``: what ``/healthz`` answers, as a series Prometheus keeps and can
+    alert on (``deploy/prometheus/fabricwatch-rules.yml``); it cannot read ``/healthz`` itself."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    return GaugeMetricFamily(
+        "fabricwatch_healthy",
+        "1 while the daemon's /healthz answers 200, 0 while it answers 503",
+        value=float(ok),
+    )
+
+
 class _ProgressMetrics:
     """A prometheus-client collector reading a worker's ``Progress`` at scrape time."""
 
@@ -197,6 +209,7 @@ class _ProgressMetrics:
         for stage, seconds in sorted(self._progress.core_cpu_s.items()):
             core.add_metric([stage], seconds)
         yield from (processed, dead, lag, behind, growth, sent, core)
+        yield healthy_gauge(self._progress.liveness(self._lag)[0])
 
 
 def reason_class(reason: str) -> str:

@@ -53,7 +53,13 @@ class MetricsServer:
             def log_message(self, format: str, *args: Any) -> None:
                 return  # a scrape every few seconds is not news
 
-        self._server = ThreadingHTTPServer((bind, port), Handler)
+        self._registry, self._health = registry, _HealthCollector(health)
+        registry.register(self._health)
+        try:
+            self._server = ThreadingHTTPServer((bind, port), Handler)
+        except BaseException:
+            registry.unregister(self._health)
+            raise
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True)
@@ -65,9 +71,22 @@ class MetricsServer:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+        self._registry.unregister(self._health)
 
     def __enter__(self) -> MetricsServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class _HealthCollector:
+    """``/healthz``'s answer on ``/metrics`` too (``fabricwatch_healthy``), read at scrape time."""
+
+    def __init__(self, health: Callable[[], tuple[bool, str]]) -> None:
+        self._health = health
+
+    def collect(self) -> Any:
+        from fabricwatch.streams.health import healthy_gauge
+
+        yield healthy_gauge(self._health()[0])
