@@ -12,15 +12,16 @@ open, the device's other incidents stay open too (``blinds``): what they would s
 first poll after a dark spell is not judged by the other detectors: its rates average the whole
 spell.
 
-A worker only times the devices of the partitions it reads, against the newest time it has taken: a
-worker whose every device went dark at once sees no time pass. That case (a whole collector down) is
+A device is timed against the newest time read from its own input partition, so that a partition
+read behind the others (a backlog after a rebalance) holds devices that are late, not dark; a
+partition whose every device went dark at once sees no time pass. That case (a whole collector down) is
 what each collector's ``/healthz`` and Prometheus' ``up`` are for
 (``deploy/prometheus/fabricwatch-rules.yml``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -66,9 +67,12 @@ class SilenceWatch:
         self._dark = np.zeros(64, bool)
         self._watched = np.zeros(64, bool)
         self._polls = np.zeros(64, np.int64)
+        self._source = np.zeros(64, np.int64)
+        self._sources: dict[str, int] = {}
+        """Input partitions, numbered: a device is timed by the newest time read from its own."""
         self._swept_ns = 0
 
-    def seen(self, device: str, device_kind: str, ts_ns: int) -> bool:
+    def seen(self, device: str, device_kind: str, ts_ns: int, source: str = "") -> bool:
         """Whether this poll ends a dark spell of its device: its rates are averages over the
         spell, which say nothing of the device now."""
         i = self._index.get(device)
@@ -86,6 +90,7 @@ class SilenceWatch:
             elif gap <= 3 * typical:
                 self._interval[i] = typical + _INTERVAL_WEIGHT * (gap - typical)
         self._polls[i] += 1
+        self._source[i] = self._sources.setdefault(source, len(self._sources))
         self._watched[i] = self._polls[i] >= self.config.established_polls
         self._last[i] = max(int(self._last[i]), ts_ns)
         return returning
@@ -93,22 +98,27 @@ class SilenceWatch:
     def _threshold_s(self, interval: float | np.ndarray) -> float | np.ndarray:
         return np.maximum(self.config.min_dark_s, self.config.dark_after_polls * np.nan_to_num(interval))
 
-    def sweep(self, now_ns: int) -> list[Symptom]:
+    def sweep(self, now_ns: int, by_source: Mapping[str, int] | None = None) -> list[Symptom]:
         """A symptom for every dark device (again at each sweep: stage 2 learns from them how soon
         a clear is final), clears for those back (or forgotten) since the last sweep; nothing if
-        less than a second of fabric time passed."""
+        less than a second of fabric time passed. A device is timed by ``by_source``'s time of its
+        input partition where given (``now_ns`` otherwise): a partition read behind the others
+        (a backlog after a rebalance) holds devices that are late, not dark."""
         if now_ns - self._swept_ns < _SWEEP_NS:
             return []
         self._swept_ns = now_ns
         n = len(self._names)
         watched, dark = self._watched[:n], self._dark[:n]
         threshold_ns = self._threshold_s(self._interval[:n]) * _NS  # known for every watched device
-        silent_ns = now_ns - self._last[:n]
+        known = by_source or {}
+        nows = np.array([known.get(source, now_ns) for source in self._sources] or [now_ns], np.int64)
+        at_ns = nows[self._source[:n]]
+        silent_ns = at_ns - self._last[:n]
         dark_now = watched & (silent_ns > threshold_ns)
         gone = dark_now & (silent_ns > self.config.forget_after_s * _NS)
-        out = [self._symptom(i, now_ns, True) for i in np.flatnonzero(dark_now & ~gone)]
-        out += [self._symptom(i, now_ns, False) for i in np.flatnonzero(dark & ~dark_now)]
-        out += [self._symptom(i, now_ns, False, "forgotten") for i in np.flatnonzero(dark & gone)]
+        out = [self._symptom(i, int(at_ns[i]), True) for i in np.flatnonzero(dark_now & ~gone)]
+        out += [self._symptom(i, int(at_ns[i]), False) for i in np.flatnonzero(dark & ~dark_now)]
+        out += [self._symptom(i, int(at_ns[i]), False, "forgotten") for i in np.flatnonzero(dark & gone)]
         self._dark[:n] = dark_now & ~gone
         self._watched[:n] &= ~gone
         self._polls[:n][gone] = 0
@@ -138,6 +148,7 @@ class SilenceWatch:
             self._dark = np.concatenate([self._dark, np.zeros(grow, bool)])
             self._watched = np.concatenate([self._watched, np.zeros(grow, bool)])
             self._polls = np.concatenate([self._polls, np.zeros(grow, np.int64)])
+            self._source = np.concatenate([self._source, np.zeros(grow, np.int64)])
         self._index[device] = i
         self._names.append(device)
         self._kinds.append(device_kind)
@@ -148,7 +159,7 @@ class SilenceWatch:
         interval = self._interval[i]
         found: dict[str, float | int | str] = {
             "device_kind": self._kinds[i],
-            "silent_s": round((now_ns - last) / _NS, 1),
+            "silent_s": round(max(0, now_ns - last) / _NS, 1),
             "last_seen_ns": last,
         }
         if not np.isnan(interval):

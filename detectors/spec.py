@@ -17,7 +17,7 @@ delivers a kind it has never heard of.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -57,13 +57,15 @@ class ClockWatch(Protocol):
     """A detector timed by the fabric's clock rather than by what a poll shows: told of every
     poll, swept as stage 1's time moves (``silence``)."""
 
-    def seen(self, device: str, device_kind: str, ts_ns: int) -> bool:
-        """A poll of the device; True when its rates span a spell the watch found the device dark
-        (averages over it, which no detector should judge as the device's present)."""
+    def seen(self, device: str, device_kind: str, ts_ns: int, source: str = "") -> bool:
+        """A poll of the device, read from input partition ``source``; True when its rates span a
+        spell the watch found the device dark (averages over it, which no detector should judge as
+        the device's present)."""
         ...
 
-    def sweep(self, now_ns: int) -> list[Symptom]:
-        """Symptoms that started or cleared as time moved to ``now_ns``."""
+    def sweep(self, now_ns: int, by_source: Mapping[str, int] | None = None) -> list[Symptom]:
+        """Symptoms that started or cleared as time moved to ``now_ns`` (per input partition:
+        ``by_source``)."""
         ...
 
     def forget(self, devices: Iterable[str], now_ns: int) -> list[Symptom]:

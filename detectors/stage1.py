@@ -12,7 +12,7 @@ for every switch one, and nearly all are quiet. A kind with a detector that decl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -50,17 +50,20 @@ class Stage1:
     def set_topology(self, topology: Topology) -> None:
         self.fabric = FabricMap(topology, self.config.default_link_gbps)
 
-    def process(self, snap: Snapshot) -> tuple[RateFrame | None, list[Symptom]]:
-        after_dark = self._seen((snap,))
+    def process(self, snap: Snapshot, source: str = "") -> tuple[RateFrame | None, list[Symptom]]:
+        """``source``: the input partition it was read from (the watches time a device by it)."""
+        after_dark = self._seen((snap,), (source,))
         line, known = self.fabric.speeds(snap.device, snap.ports)
         frame = self.rates.update(snap, known)
         if frame is None or after_dark:
             return frame, []
         return frame, self._detect(frame, line)
 
-    def process_batch(self, snaps: Sequence[Snapshot]) -> list[tuple[RateFrame | None, list[Symptom]]]:
+    def process_batch(
+        self, snaps: Sequence[Snapshot], sources: Sequence[str] | None = None
+    ) -> list[tuple[RateFrame | None, list[Symptom]]]:
         """``process`` of each snapshot in order, with the same results, at a fraction of the cost."""
-        after_dark = self._seen(snaps)
+        after_dark = self._seen(snaps, sources or [""] * len(snaps))
         speeds = [self.fabric.speeds(s.device, s.ports) for s in snaps]
         frames = self.rates.update_batch(snaps, [known for _, known in speeds])
         calm = self._calm(frames) if self._outliers is None else set()
@@ -90,24 +93,25 @@ class Stage1:
             symptoms += self._outliers.update(frame, line, edge)
         return symptoms
 
-    def flush(self, now_ns: int) -> list[Symptom]:
+    def flush(self, now_ns: int, by_source: Mapping[str, int] | None = None) -> list[Symptom]:
         """Symptoms the learned outlier detector held back for batch scoring, and those of the
-        watches as the fabric's time reached ``now_ns``; call once per tick."""
+        watches as the fabric's time reached ``now_ns`` (``by_source``: each input partition's
+        newest time); call once per tick."""
         held = self._outliers.flush() if self._outliers is not None else []
-        return held + [s for w in self._watches for s in w.sweep(now_ns)]
+        return held + [s for w in self._watches for s in w.sweep(now_ns, by_source)]
 
     def forget(self, devices: Sequence[str], now_ns: int) -> list[Symptom]:
         """The watches' clears for devices another worker reads now."""
         return [s for w in self._watches for s in w.forget(devices, now_ns)]
 
-    def _seen(self, snaps: Sequence[Snapshot]) -> set[int]:
+    def _seen(self, snaps: Sequence[Snapshot], sources: Sequence[str]) -> set[int]:
         """Tell the watches of these polls; the indexes of those that end a dark spell of their
         device, whose rates average the spell: the detectors judge the device again from its next."""
         return {
             i
             for w in self._watches
-            for i, snap in enumerate(snaps)
-            if w.seen(snap.device, snap.device_kind, snap.ts_ns)
+            for i, (snap, source) in enumerate(zip(snaps, sources, strict=True))
+            if w.seen(snap.device, snap.device_kind, snap.ts_ns, source)
         }
 
     def _calm(self, frames: Sequence[RateFrame | None]) -> set[int]:

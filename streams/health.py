@@ -185,7 +185,8 @@ class _ProgressMetrics:
         lag.add_metric([], self._lag)
         behind = GaugeMetricFamily(
             "fabricwatch_behind_seconds",
-            "How old a stage's newest input was when processed (wall clock minus its Kafka timestamp)",
+            "How old a stage's newest input was when processed (wall clock minus its Kafka timestamp; "
+            "a replayed trace's age)",
             labels=["stage"],
         )
         growth = GaugeMetricFamily(

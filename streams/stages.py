@@ -169,32 +169,36 @@ class Stage1Worker:
                 taken.append((held, source, index))
                 pending += len(held.ports) * len(held.counters)
         self._run(taken, batch)
-        for symptom in self._take_handed() + self.core.flush(self.clock.now_ns):
-            batch.add_symptom(self._pod(symptom), symptom)
-        for source, ts_ns in sorted(batch.newest.items()):
+        for source, ts_ns in batch.newest.items():
             self._newest[source] = max(self._newest.get(source, 0), ts_ns)
+        for symptom in self._take_handed() + self.core.flush(self.clock.now_ns, self._newest):
+            batch.add_symptom(self._pod(symptom), symptom)
+        for source in sorted(batch.newest):
             batch.add_mark(self._pod_keys, Watermark(source, self._newest[source]))
         batch.out.rates = self._rates(batch.frames)
         batch.out.symptoms = _symptom_messages(batch.items)
         return batch.out
 
     def _run(self, taken: list[tuple[Snapshot, str, int]], batch: _Batch) -> None:
-        for (snap, source, index), result in zip(taken, self._processed([t[0] for t in taken]), strict=True):
+        results = self._processed([t[0] for t in taken], [t[1] for t in taken])
+        for (snap, source, index), result in zip(taken, results, strict=True):
             self._take(snap, source, index, result, batch)
 
-    def _processed(self, snaps: list[Snapshot]) -> list[tuple[RateFrame | None, list[Symptom]] | Exception]:
+    def _processed(
+        self, snaps: list[Snapshot], sources: list[str]
+    ) -> list[tuple[RateFrame | None, list[Symptom]] | Exception]:
         """Stage 1 of the batch in one call; should that fail (a bug, not bad input: snapshots are
         checked when decoded), one snapshot at a time, so that the one that fails is set aside with
         its reason. Snapshots the failed call had already folded into the rate state come back as
         duplicates there: counted, and not processed twice."""
         try:
-            return list(self.core.process_batch(snaps))
+            return list(self.core.process_batch(snaps, sources))
         except Exception:  # a worker never dies on input
             log.exception("stage 1 failed on a batch of %d; processing it one snapshot at a time", len(snaps))
         results: list[tuple[RateFrame | None, list[Symptom]] | Exception] = []
-        for snap in snaps:
+        for snap, source in zip(snaps, sources, strict=True):
             try:
-                results.append(self.core.process(snap))
+                results.append(self.core.process(snap, source))
             except Exception as exc:
                 results.append(exc)
         return results

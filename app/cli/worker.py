@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 import tempfile
 from pathlib import Path
 
@@ -37,6 +38,12 @@ def run(args: argparse.Namespace) -> int:
     return run_worker(options.broker_settings(args), args)
 
 
+def _stop_before_start(signum: int, frame: object) -> None:
+    """SIGTERM before Faust's own handler is in place (a rolling update that stops a worker as it
+    starts): a clean exit 0 that removes its state directory, not a death by the signal."""
+    raise SystemExit(0)
+
+
 def run_worker(settings: BrokerSettings, args: argparse.Namespace) -> int:
     """Run until SIGTERM or Ctrl-C; Faust then commits what was processed and leaves the group."""
     import faust
@@ -45,6 +52,7 @@ def run_worker(settings: BrokerSettings, args: argparse.Namespace) -> int:
     from fabricwatch.streams.worker_context import WorkerOptions
 
     config = options.detector_config(args)
+    signal.signal(signal.SIGTERM, _stop_before_start)
     options.start_logging(args, "worker")
     ensure_topics(settings)
     with contextlib.ExitStack() as stack:

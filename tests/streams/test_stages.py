@@ -169,12 +169,16 @@ def _silent(out_symptoms) -> list[tuple[str, bool, str]]:
 def test_a_device_gone_dark_is_reported_and_cleared_when_its_partition_goes_to_another_worker(demo_trace):
     stage1 = Stage1Worker(DetectorConfig())
     dark, found = "h002/mlx5_0", []
+
+    def source(device: str) -> str:  # h00x on one partition, the rest on another
+        return "c/1" if device.startswith("h00") else "c/0"
+
     with TraceReader(demo_trace) as reader:
         records = [r for r in reader if r.topic == topics.COUNTERS]
     start = records[0].ts_ns
     for i in range(0, len(records), 500):
         chunk = [r for r in records[i : i + 500] if r.key != dark or r.ts_ns - start < 20 * 10**9]
-        out = stage1.process([r.value() for r in chunk], ["c/1" if r.key == dark else "c/0" for r in chunk])
+        out = stage1.process([r.value() for r in chunk], [source(r.key) for r in chunk])
         found += _silent(out.symptoms)
     assert found and {f[:2] for f in found} == {(dark, True)}  # repeated while dark, nobody else
     stage1.keep_sources({"c/0"})  # a rebalance gave c/1 to another worker
@@ -182,3 +186,23 @@ def test_a_device_gone_dark_is_reported_and_cleared_when_its_partition_goes_to_a
     assert handed == [(dark, False, "handed over")]  # only this worker could clear it
     out = stage1.process([r.value() for r in records[-50:]], ["c/0"] * 50)
     assert _silent(out.symptoms) == []
+
+
+def test_a_partition_read_behind_the_others_holds_devices_that_are_late_not_dark(demo_trace):
+    """Found: after a rebalance one partition's backlog was read 10 s and more behind the others,
+    and every device on it was reported silent while its polls were merely still to be read."""
+    stage1 = Stage1Worker(DetectorConfig())
+    with TraceReader(demo_trace) as reader:
+        records = [r for r in reader if r.topic == topics.COUNTERS]
+    start = records[0].ts_ns
+
+    def part(r, lo_s: float, hi_s: float, on_c1: bool) -> bool:
+        return lo_s * 10**9 <= r.ts_ns - start < hi_s * 10**9 and r.key.startswith("h00") == on_c1
+
+    found = []
+    for lo, hi in ((0, 5), (5, 40)):  # c/0 runs 35 s ahead; then c/1's backlog comes in
+        for on_c1 in (False, True):
+            chunk = [r for r in records if part(r, lo, hi, on_c1)]
+            out = stage1.process([r.value() for r in chunk], ["c/1" if on_c1 else "c/0"] * len(chunk))
+            found += _silent(out.symptoms)
+    assert found == []
