@@ -21,7 +21,7 @@ import numpy as np
 from fabricwatch.detectors.evidence import evidence
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import StreakTable
-from fabricwatch.detectors.rates import RateFrame
+from fabricwatch.detectors.rates import STALE_MAX_S, RateFrame
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, SymptomKind
 from fabricwatch.schemas.config import AtLeastOne, Fraction, Positive
 from fabricwatch.schemas.messages import EcmpGroup, RootCause, Symptom
@@ -53,10 +53,11 @@ class EcmpConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """Polls in a row without skew that end a reported collapse: one noisy reading of a saturated
     uplink (20% noise reads 1.0 as 0.8, under the 0.7 hold with a little more) must not end it and
     start it again a few seconds later as a second incident."""
-    max_unknown_polls: int = 4
-    """Polls in a row a group's shares may be unknown (a member's rate missing, or the switch not
-    refreshed yet) without breaking its streak or its report: an unknown poll is neither skewed
-    nor healthy. Past it, the report is no longer refreshed (stage 2 lets it expire)."""
+    lack_of_data_s: Positive = 60.0
+    """How long a reported collapse is held through polls that cannot judge it (a member's bytes
+    unknown, or the group carrying too little to show a skew: a whole poll of zeros between two
+    refreshes, a gap) before it ends for lack of data. Such a poll neither grows nor breaks a
+    streak: resolution needs a poll that shows the traffic spread again."""
 
     def __post_init__(self) -> None:
         if not 1 < self.hold_max_over_mean <= self.max_over_mean:
@@ -67,27 +68,39 @@ class EcmpConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             raise ValueError("saturated_polls must not be above persist_polls (they are of its polls)")
 
 
-@dataclass
-class _GroupIndex:
-    groups: list[EcmpGroup]
+@dataclass(frozen=True)
+class _Layout:
+    """Where each group's members are in one port list: row numbers padded to a matrix."""
+
     rows: np.ndarray
     members: np.ndarray
+    """Declared members of the group (padding false)."""
+    present: np.ndarray
+    """Members present in this port list: one absent from a snapshot is unknown, not idle."""
+
+
+@dataclass
+class _Groups:
+    """A device's ECMP groups and what the detector remembers of them between polls."""
+
+    groups: list[EcmpGroup]
+    layouts: dict[tuple[str, ...], _Layout] = field(default_factory=dict)
     window: deque = field(default_factory=deque)
-    unknown_polls: int = 0
-    """Polls in a row with some member's bytes unknown."""
     poll_s: float = float("inf")
-    """The device's poll interval: the shortest interval seen (a poll after unknown ones spans
-    several)."""
-    reported: list[Symptom] = field(default_factory=list)
-    """The active reports of the last known poll, said again through unknown polls."""
+    """The device's poll interval: the shortest interval seen (a poll after a gap spans several)."""
+    last_known_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Per group, the last poll that could judge it."""
     saturated_polls: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     """Per group, polls of the current streak in which the hot member was saturated."""
+    held_tx: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    held_ns: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    """Per member, its last known egress rate and when it was read (``EcmpDetector._held``)."""
 
 
 class EcmpDetector:
     def __init__(self, config: EcmpConfig) -> None:
         self.config = config
-        self._index: dict[tuple[str, tuple[str, ...], tuple[str, ...]], _GroupIndex] = {}
+        self._devices: dict[tuple[str, tuple[str, ...]], _Groups] = {}
         self._streaks = StreakTable()
         self._calm = StreakTable()
 
@@ -100,29 +113,25 @@ class EcmpDetector:
         tx = frame.port("tx_bytes")
         if not groups or tx is None:
             return []
-        index = self._group_index(frame, groups)
-        if index.rows.size == 0:
+        state = self._groups(frame.device, groups)
+        if not state.groups:
             return []
+        layout = self._layout(state, frame.ports)
         cfg = self.config
-        index.poll_s = min(index.poll_s, frame.dt_s)
-        member_tx = tx[index.rows]
-        if np.isnan(member_tx[index.members]).any():
-            # Unknown, not idle: a zero here would read as the group's traffic moving elsewhere.
-            # The streak neither grows nor breaks; what was reported is said again, for a while.
-            index.unknown_polls += 1
-            if index.unknown_polls > cfg.max_unknown_polls:
-                return []
-            return [msgspec.structs.replace(s, ts_ns=frame.ts_ns) for s in index.reported]
-        index.unknown_polls = 0
-        sent = np.where(index.members, member_tx * frame.dt_s, 0.0)
-        index.window.append((sent, frame.dt_s))
-        while len(index.window) > cfg.window_polls:
-            index.window.popleft()
-        total_bytes = sum(b for b, _ in index.window)
-        seconds = sum(d for _, d in index.window)
-        util = np.where(index.members, total_bytes / seconds / line_Bps[index.rows], 0.0)
+        state.poll_s = min(state.poll_s, frame.dt_s)
+        member_tx, fresh = self._held(state, np.where(layout.present, tx[layout.rows], np.nan), frame.ts_ns)
+        missing = (np.isnan(member_tx) & layout.members).any(axis=1)
+        sent = np.where(layout.members, np.nan_to_num(member_tx) * frame.dt_s, 0.0)
+        state.window.append((sent, frame.dt_s, missing))
+        while len(state.window) > cfg.window_polls:
+            state.window.popleft()
+        total_bytes = sum(b for b, _, _ in state.window)
+        seconds = sum(d for _, d, _ in state.window)
+        missing = np.logical_or.reduce([m for _, _, m in state.window])
+        line = np.where(layout.members, line_Bps[layout.rows], np.nan)
+        util = np.where(layout.members, total_bytes / seconds / line, 0.0)
 
-        n = index.members.sum(axis=1)
+        n = layout.members.sum(axis=1)
         group_total = total_bytes.sum(axis=1)
         shares = total_bytes / np.maximum(group_total, 1.0)[:, None]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -130,14 +139,26 @@ class EcmpDetector:
             entropy = -plogp.sum(axis=1) / np.log(n) + 0.0  # + 0.0: all on one member is 0, not -0.0
             max_over_mean = shares.max(axis=1) * n
             mean = 1.0 / n
-            cv = np.sqrt((np.where(index.members, (shares - mean[:, None]) ** 2, 0.0)).sum(axis=1) / n) / mean
+            cv = (
+                np.sqrt((np.where(layout.members, (shares - mean[:, None]) ** 2, 0.0)).sum(axis=1) / n) / mean
+            )
         hot = util.max(axis=1)
+        # A poll can judge a group when every member's bytes are known and the group carried enough
+        # that, all on one member, it would show: less (a poll of zeros between two refreshes of
+        # the switch's counters, the job between steps) is neither balanced nor skewed.
+        carried = group_total / seconds / np.nanmax(line, axis=1)
+        # And its hottest member must be read in this poll: a held reading beside fresh ones
+        # (a busy member between refreshes, next to one whose traffic just dropped) is no skew.
+        hot_fresh = fresh[np.arange(len(hot)), util.argmax(axis=1)]
+        known = (
+            ~missing & hot_fresh & (carried >= min(cfg.hold_hot_utilisation, cfg.polarised_hot_utilisation))
+        )
         few = np.maximum(1, (n * cfg.polarised_members).astype(int))
         top_share = self._top_share(shares, few)
         streak = self._streaks.get(frame.device, hot.shape)
         saturated = (
             (hot >= cfg.min_hot_utilisation)
-            | ((hot >= cfg.hold_hot_utilisation) & self._queued(frame, index, util))
+            | ((hot >= cfg.hold_hot_utilisation) & self._queued(frame, layout, util))
         ) & (max_over_mean >= cfg.max_over_mean)
         polarised = (
             (n >= cfg.polarised_min_members)
@@ -145,31 +166,41 @@ class EcmpDetector:
             & (top_share >= cfg.polarised_share)
         )
         holds = (hot >= cfg.hold_hot_utilisation) & (max_over_mean >= cfg.hold_max_over_mean)
-        skewed = saturated | polarised | (holds & ((streak.polls > 0) | streak.active))
+        skewed = known & (saturated | polarised | (holds & ((streak.polls > 0) | streak.active)))
 
-        streak.step(skewed, frame.ts_ns, frame.dt_s)
-        if index.saturated_polls.shape != hot.shape:
-            index.saturated_polls = np.zeros(hot.shape, dtype=np.int64)
-        index.saturated_polls = np.where(skewed, index.saturated_polls + saturated, 0)
+        # A poll that cannot judge the group, within STALE_MAX_S of one that could, still counts
+        # in a streak's time: a busy member between refreshes leaves a third of the polls unknown,
+        # and a collapse below saturation must be found when it has lasted, not when 30 s of it
+        # were read.
+        bridged = frame.ts_ns - state.last_known_ns <= STALE_MAX_S * 1e9 if state.last_known_ns.size else None
+        streak.step(skewed, frame.ts_ns, frame.dt_s, known=known, bridged=bridged)
+        if state.saturated_polls.shape != hot.shape:
+            state.saturated_polls = np.zeros(hot.shape, dtype=np.int64)
+            state.last_known_ns = np.full(hot.shape, frame.ts_ns, dtype=np.int64)
+        state.saturated_polls = np.where(
+            known, np.where(skewed, state.saturated_polls + saturated, 0), state.saturated_polls
+        )
+        state.last_known_ns = np.where(known, frame.ts_ns, state.last_known_ns)
         # Persistence is time: persist_polls poll intervals, however many frames brought them (a
-        # frame after unknown polls spans several; with every frame one poll, this is polls), with
-        # the hot member saturated in saturated_polls of them (one saturated poll of uneven hashing
-        # during a burst, held by hysteresis for two more, is no collapse). A collapse below
-        # saturation must last polarised_persist_s: it costs nothing yet.
-        lasted = streak.seconds >= cfg.persist_polls * index.poll_s * (1 - 1e-6)
-        hot_enough = index.saturated_polls >= cfg.saturated_polls
+        # frame after a gap spans several; with every frame one poll, this is polls), with the hot
+        # member saturated in saturated_polls of them (one saturated poll of uneven hashing during
+        # a burst, held by hysteresis for two more, is no collapse). A collapse below saturation
+        # must last polarised_persist_s: it costs nothing yet.
+        lasted = streak.seconds >= cfg.persist_polls * state.poll_s * (1 - 1e-6)
+        hot_enough = state.saturated_polls >= cfg.saturated_polls
         streak.start((lasted & hot_enough) | (streak.seconds >= cfg.polarised_persist_s))
         calm = self._calm.get(frame.device, hot.shape)
         if streak.running or streak.any_active:
-            calm.step(~skewed, frame.ts_ns, frame.dt_s)
-        cleared = streak.stop(~skewed & (calm.polls >= cfg.clear_polls))
+            calm.step(~skewed, frame.ts_ns, frame.dt_s, known=known)
+        cleared = streak.stop(~skewed & known & (calm.polls >= cfg.clear_polls))
+        ended = streak.lapse(frame.ts_ns, cfg.lack_of_data_s)
 
         def symptom(g: int, active: bool) -> Symptom:
-            members = index.groups[g].members
+            members = state.groups[g].members
             return Symptom(
                 kind="ecmp_imbalance",
                 device=frame.device,
-                group=index.groups[g].id,
+                group=state.groups[g].id,
                 ts_ns=frame.ts_ns,
                 start_ns=int(streak.since_ns[g]),
                 active=active,
@@ -181,17 +212,31 @@ class EcmpDetector:
                     top_share=top_share[g],
                     top_members=int(few[g]),
                     shares=" ".join(
-                        f"{m}={shares[g, k]:.2f}" for k, m in enumerate(members) if index.members[g, k]
+                        f"{m}={shares[g, k]:.2f}" for k, m in enumerate(members) if layout.members[g, k]
                     ),
                 ),
             )
 
-        said = streak.report(cleared, symptom)
-        index.reported = [s for s in said if s.active]
-        return said
+        return streak.report(cleared, symptom, known, frame.ts_ns, ended)
 
     @staticmethod
-    def _queued(frame: RateFrame, index: _GroupIndex, util: np.ndarray) -> np.ndarray:
+    def _held(state: _Groups, member_tx: np.ndarray, ts_ns: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each member's rate, or, where it is unknown this poll, its last known one if that is
+        recent (``STALE_MAX_S``): a switch that refreshes each port every second, read every half
+        second, leaves a different half of a group's members unknown in every poll, and no poll
+        would judge the group; a member's rate over its last refresh is the best reading of it.
+        Returns the rates and where they were read in this poll."""
+        if state.held_tx.shape != member_tx.shape:
+            state.held_tx = np.full(member_tx.shape, np.nan)
+            state.held_ns = np.zeros(member_tx.shape, dtype=np.int64)
+        fresh = ~np.isnan(member_tx)
+        state.held_tx = np.where(fresh, member_tx, state.held_tx)
+        state.held_ns = np.where(fresh, ts_ns, state.held_ns)
+        recent = ts_ns - state.held_ns <= STALE_MAX_S * 1e9
+        return np.where(fresh, member_tx, np.where(recent, state.held_tx, np.nan)), fresh
+
+    @staticmethod
+    def _queued(frame: RateFrame, layout: _Layout, util: np.ndarray) -> np.ndarray:
         """Whether each group's hottest member ECN-marked packets this poll: its queue stood past
         Kmin, which a port only builds while it sends at line rate. A noisy byte counter can read
         a saturated uplink at 0.75 of line rate for polls on end (20% noise); its marks say what
@@ -199,7 +244,7 @@ class EcmpDetector:
         marks, _ = frame.indexed("queue_ecn_marked_packets")
         if marks.size == 0:
             return np.zeros(util.shape[0], dtype=bool)
-        hottest = index.rows[np.arange(util.shape[0]), util.argmax(axis=1)]
+        hottest = layout.rows[np.arange(util.shape[0]), util.argmax(axis=1)]
         return np.nan_to_num(marks[hottest]).max(axis=1) > 0
 
     @staticmethod
@@ -209,22 +254,33 @@ class EcmpDetector:
         taken = np.arange(shares.shape[1])[None, :] < few[:, None]
         return np.where(taken, ranked, 0.0).sum(axis=1)
 
-    def _group_index(self, frame: RateFrame, groups: list[EcmpGroup]) -> _GroupIndex:
-        """Row numbers of each group's members in this device's port list, padded to a matrix."""
-        key = (frame.device, tuple(frame.ports), tuple(g.id for g in groups))
-        index = self._index.get(key)
-        if index is None:
-            where = {p: i for i, p in enumerate(frame.ports)}
-            usable = [g for g in groups if sum(m in where for m in g.members) >= 2]
-            width = max((len(g.members) for g in usable), default=0)
-            rows = np.zeros((len(usable), width), dtype=np.intp)
-            members = np.zeros((len(usable), width), dtype=bool)
-            for gi, g in enumerate(usable):
+    def _groups(self, device: str, groups: list[EcmpGroup]) -> _Groups:
+        """The device's groups with at least two members (a group of one has no balance)."""
+        key = (device, tuple(g.id for g in groups))
+        state = self._devices.get(key)
+        if state is None:
+            state = self._devices[key] = _Groups([g for g in groups if len(set(g.members)) >= 2])
+        return state
+
+    @staticmethod
+    def _layout(state: _Groups, ports: list[str]) -> _Layout:
+        """Row numbers of each group's members in this port list (cached per list: a switch's
+        snapshot lists the same ports poll after poll, but may leave one out)."""
+        key = tuple(ports)
+        layout = state.layouts.get(key)
+        if layout is None:
+            where = {p: i for i, p in enumerate(ports)}
+            width = max(len(g.members) for g in state.groups)
+            rows = np.zeros((len(state.groups), width), dtype=np.intp)
+            members = np.zeros((len(state.groups), width), dtype=bool)
+            present = np.zeros((len(state.groups), width), dtype=bool)
+            for gi, g in enumerate(state.groups):
                 for k, m in enumerate(g.members):
+                    members[gi, k] = True
                     if m in where:
-                        rows[gi, k], members[gi, k] = where[m], True
-            index = self._index[key] = _GroupIndex(usable, rows, members)
-        return index
+                        rows[gi, k], present[gi, k] = where[m], True
+            layout = state.layouts[key] = _Layout(rows, members, present)
+        return layout
 
 
 # Stage 2: one incident per group, naming the jobs whose host pairs cross the switch.

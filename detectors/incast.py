@@ -40,7 +40,7 @@ from fabricwatch.detectors.evidence import capped, cell_symptom, evidence
 from fabricwatch.detectors.fabric import EcnCurve
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.jobs import MANY_TO_ONE
-from fabricwatch.detectors.persistence import StreakTable
+from fabricwatch.detectors.persistence import LACK_OF_DATA_S, StreakTable
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, SymptomKind
 from fabricwatch.schemas.config import AtLeastOne, Fraction, Positive
@@ -48,6 +48,7 @@ from fabricwatch.schemas.messages import Phase, Symptom, check_ecn_curve
 
 
 class IncastConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    lack_of_data_s: Positive = LACK_OF_DATA_S
     ecn_kmin_bytes: Positive = 150_000.0
     ecn_kmax_bytes: Positive = 1_500_000.0
     band_fraction: Fraction = 0.5
@@ -121,12 +122,17 @@ class IncastDetector:
         congested = marking & standing & poll.fabric.host_facing(frame.device, frame.ports)[:, None]
         fed = (fan_in >= cfg.min_fan_in)[:, None]
 
-        streak.step(congested, frame.ts_ns, frame.dt_s)
+        # A queue whose depth and marks are both unknown, or whose standing cannot be read, is
+        # neither congested nor clear in this poll (a port between two refreshes of its counters).
+        standing_known = ~np.isnan(occupancy) if occupancy is not None else ~np.isnan(tx)[:, None]
+        known = ~np.isnan(position) & standing_known
+        streak.step(congested, frame.ts_ns, frame.dt_s, known=known)
         pausing = self._pausing_ingress(frame)
         hurting = pausing if drops is None else (drops > 0) | pausing
         whole_poll = self._congested_throughout(occupancy, by_depth, by_marks, band, tx, line_Bps)
         streak.start(fed & ((streak.polls >= cfg.sustain_polls) | (congested & (hurting | whole_poll))))
-        cleared = streak.stop(~congested)
+        cleared = streak.stop(~congested & known)
+        ended = streak.lapse(frame.ts_ns, cfg.lack_of_data_s)
 
         def proof(p: int, q: int) -> dict[str, float | int | str]:
             return evidence(
@@ -147,6 +153,9 @@ class IncastDetector:
             lambda i, active: cell_symptom(
                 "incast", frame, congested.shape, i, queues, streak.since_ns, active, proof
             ),
+            known,
+            frame.ts_ns,
+            ended,
         )
 
     def _marked_position(

@@ -96,6 +96,9 @@ class Correlator:
         self._storm_roots: dict[SymptomKey, RootCause] = {}
         self._pending: dict[str, int] = {}
         self._echoes: dict[str, str] = {}
+        self._ended: dict[tuple[str, str, str], str] = {}
+        """Where a detector ended a symptom for lack of data, and why: the incident rooted there
+        resolves saying so, not as if it had healed."""
 
     @property
     def fabric(self) -> FabricMap:
@@ -110,8 +113,11 @@ class Correlator:
     def on_symptom(self, symptom: Symptom) -> None:
         key = (symptom.kind, symptom.device, symptom.port, symptom.priority, symptom.group)
         if not symptom.active:
+            if "ended" in symptom.evidence:  # for lack of data: the incident it ends says so
+                self._ended[(symptom.device, symptom.port, symptom.group)] = str(symptom.evidence["ended"])
             self._forget(key)
             return
+        self._ended.pop((symptom.device, symptom.port, symptom.group), None)
         seen = self._active.get(key)
         if seen is not None:
             interval = symptom.ts_ns - seen.symptom.ts_ns
@@ -309,6 +315,10 @@ class Correlator:
             # Two and a half polls: decided between polls, never racing the next poll's symptoms.
             wait_ns = max(self.config.resolve_after_s * NS, 5 * incident.interval_ns // 2)
             if now_ns - incident.quiet_since_ns >= wait_ns:
+                root = incident.root
+                why = self._ended.pop((root.device, root.port, root.group), None)
+                if why is not None:
+                    incident.summary += f"; ended for lack of data ({why}), not seen to recover"
                 out.append(self._anomaly(incident, "resolved", now_ns, end_ns=incident.last_ns))
                 del self._incidents[fp]
         return out

@@ -8,12 +8,20 @@ reported? Keeping that in arrays keeps the per-snapshot work vectorised.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TypeVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
+import msgspec
 import numpy as np
 
 T = TypeVar("T")
+
+_NONE = np.zeros(0, dtype=np.intp)
+
+LACK_OF_DATA_S = 60.0
+"""The default of every detector's ``lack_of_data_s``: how long a reported incident is held
+through polls that cannot read it (a gap, counters unknown or not refreshed, a group carrying
+nothing) before it ends for lack of data. Such polls never clear it by themselves."""
 
 
 @dataclass
@@ -22,9 +30,13 @@ class Streak:
     seconds: np.ndarray
     since_ns: np.ndarray
     active: np.ndarray
+    known_ns: np.ndarray
+    """Per element, the last poll whose readings of it were known (while it is active)."""
     running: bool = False
     """Whether any element holds a streak; when none does and nothing holds now, a step is free.
     Most ports are healthy most of the time, so this is the common case on the hot path."""
+    said: dict[int, Any] = field(default_factory=dict)
+    """Per active element, its report from the last poll that knew it (``report``)."""
 
     @classmethod
     def empty(cls, shape: tuple[int, ...]) -> Streak:
@@ -33,6 +45,7 @@ class Streak:
             seconds=np.zeros(shape, dtype=np.float64),
             since_ns=np.zeros(shape, dtype=np.int64),
             active=np.zeros(shape, dtype=bool),
+            known_ns=np.zeros(shape, dtype=np.int64),
         )
 
     def step(
@@ -42,13 +55,18 @@ class Streak:
         dt_s: float,
         held_s: np.ndarray | float | None = None,
         known: np.ndarray | None = None,
+        bridged: np.ndarray | None = None,
     ) -> None:
         """Extend the streak where ``cond`` holds, break it elsewhere; a new streak starts at the
         beginning of the interval in which the condition was first seen. ``held_s`` is how long the
         condition held within this interval where a counter can tell (pause time); the whole
         interval otherwise. Where ``known`` is false (the rates are unknown: a stale or partial
-        snapshot) the streak neither grows nor breaks: missing data is not evidence either way."""
+        snapshot) the streak neither grows nor breaks: missing data is not evidence either way.
+        Where ``bridged`` is also true, the unknown interval still counts in its seconds (a short
+        blind spell between two polls that showed the condition: persistence is time)."""
         holds = bool(cond.any())
+        if holds or self.any_active:
+            self.known_ns = np.where(True if known is None else known, ts_ns, self.known_ns)
         if not holds and not self.running:
             return
         fresh = cond & (self.polls == 0)
@@ -57,7 +75,12 @@ class Streak:
         seconds = np.where(cond, self.seconds + (dt_s if held_s is None else held_s), 0.0)
         if known is not None:
             polls = np.where(known, polls, self.polls)
-            seconds = np.where(known, seconds, self.seconds)
+            kept = (
+                self.seconds
+                if bridged is None
+                else np.where(bridged & (self.polls > 0), self.seconds + dt_s, self.seconds)
+            )
+            seconds = np.where(known, seconds, kept)
         self.polls, self.seconds = polls, seconds
         self.running = holds if known is None else bool((polls > 0).any())
 
@@ -84,13 +107,44 @@ class Streak:
     def active_indices(self) -> np.ndarray:
         return np.flatnonzero(self.active) if self.any_active else _NONE
 
-    def report(self, cleared: np.ndarray, make: Callable[[int, bool], T]) -> list[T]:
+    def lapse(self, ts_ns: int, limit_s: float) -> np.ndarray:
+        """Stop the active elements no poll has known for over ``limit_s`` (a gap, a group carrying
+        nothing, counters unknown): an incident is not held open forever on no data. Their flat
+        indices, for ``report``'s ``ended``."""
+        if not self.any_active:
+            return _NONE
+        return self.stop(self.active & (ts_ns - self.known_ns > limit_s * 1e9))
+
+    def report(
+        self,
+        cleared: np.ndarray,
+        make: Callable[[int, bool], T],
+        known: np.ndarray | None = None,
+        ts_ns: int = 0,
+        ended: np.ndarray = _NONE,
+    ) -> list[T]:
         """What a detector says each poll: every active element again (stage 2 expires what is not
-        refreshed), and each element that just cleared, once."""
-        return [make(int(i), True) for i in self.active_indices()] + [make(int(i), False) for i in cleared]
-
-
-_NONE = np.zeros(0, dtype=np.intp)
+        refreshed), and each element that just cleared, once. Where ``known`` is false, an active
+        element's last known report is said again at ``ts_ns`` (this poll's readings of it are
+        not readings); an element ``ended`` for lack of data is cleared from its last report, with
+        ``ended`` in its evidence."""
+        out = []
+        for i in self.active_indices().tolist():
+            last = self.said.get(i)
+            if last is not None and known is not None and not known.flat[i]:
+                out.append(msgspec.structs.replace(last, ts_ns=ts_ns))
+            else:
+                self.said[i] = made = make(i, True)
+                out.append(made)
+        for i in cleared.tolist():
+            self.said.pop(i, None)
+            out.append(make(i, False))
+        for i in ended.tolist():
+            last = self.said.pop(i, None) or make(i, True)
+            blind = f"no poll could read it for {(ts_ns - int(self.known_ns.flat[i])) / 1e9:.0f} s"
+            found = {**last.evidence, "ended": blind}
+            out.append(msgspec.structs.replace(last, ts_ns=ts_ns, active=False, evidence=found))
+        return out
 
 
 class StreakTable:

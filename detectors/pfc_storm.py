@@ -21,7 +21,7 @@ import numpy as np
 
 from fabricwatch.detectors.evidence import cell_symptom, evidence
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
-from fabricwatch.detectors.persistence import StreakTable
+from fabricwatch.detectors.persistence import LACK_OF_DATA_S, StreakTable
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
 from fabricwatch.schemas.config import Fraction, Positive
@@ -31,6 +31,7 @@ _US_PER_S = 1e6
 
 
 class PfcStormConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    lack_of_data_s: Positive = LACK_OF_DATA_S
     detection_time_s: Positive = 0.2
     restoration_time_s: Positive = 0.2
     paused_fraction: Fraction = 0.99
@@ -72,6 +73,7 @@ class PfcWatchdog:
             calm.step(quiet, frame.ts_ns, frame.dt_s, known=known)
         storm.start(storm.seconds >= self.config.detection_time_s)
         cleared = storm.stop(calm.seconds >= self.config.restoration_time_s)
+        ended = storm.lapse(frame.ts_ns, self.config.lack_of_data_s)
 
         tx = frame.port("tx_bytes")
 
@@ -86,6 +88,9 @@ class PfcWatchdog:
             lambda i, active: cell_symptom(
                 "pfc_storm", frame, storming.shape, i, prios, storm.since_ns, active, proof
             ),
+            known,
+            frame.ts_ns,
+            ended,
         )
 
     def _condition(
@@ -175,6 +180,7 @@ class StalledEgress:
         flowing.step(~silent | ~full, frame.ts_ns, frame.dt_s, known=known)
         stall.start(stall.seconds >= cfg.detection_time_s)
         cleared = stall.stop(flowing.seconds >= cfg.restoration_time_s)
+        ended = stall.lapse(frame.ts_ns, cfg.lack_of_data_s)
 
         def proof(p: int, q: int) -> dict[str, float | int | str]:
             return evidence(
@@ -188,6 +194,9 @@ class StalledEgress:
             lambda i, active: cell_symptom(
                 "pfc_pausing", frame, stalled.shape, i, prios, stall.since_ns, active, proof
             ),
+            known,
+            frame.ts_ns,
+            ended,
         )
 
 
@@ -238,6 +247,7 @@ class NicPauseStorm:
         calm.step(~(frac > 0), frame.ts_ns, frame.dt_s, known=known)  # unknown is not calm
         storm.start(storm.seconds >= cfg.detection_time_s)
         cleared = storm.stop(calm.seconds >= cfg.restoration_time_s)
+        ended = storm.lapse(frame.ts_ns, cfg.lack_of_data_s)
 
         def proof(p: int, k: int) -> dict[str, float | int | str]:
             return evidence(
@@ -250,6 +260,9 @@ class NicPauseStorm:
             lambda i, active: cell_symptom(
                 "pfc_pausing", frame, pausing.shape, i, prios, storm.since_ns, active, proof
             ),
+            known,
+            frame.ts_ns,
+            ended,
         )
 
 

@@ -208,6 +208,10 @@ class RateStats:
     layout_changes: int = 0
     stale: int = 0
     """Snapshots in which nothing moved on a device that was moving: unknown, not zero."""
+    stale_ports: int = 0
+    """Ports read unchanged while they were moving and the rest of their device moved: a switch
+    that refreshes each port's counters every second or so, read every half second, shows every
+    other read of a busy port unchanged (and the next one doubled). Unknown, not zero."""
 
 
 @dataclass
@@ -219,8 +223,12 @@ class _DeviceState:
     valid: np.ndarray | None
     read_ns: np.ndarray | None = None
     """When each value was read, where some are held from an earlier snapshot (None: all at ts_ns)."""
-    moving: bool = False
-    """Some counter moved between this snapshot and the one before."""
+    moved: np.ndarray | None = None
+    """Per port, whether some counter of it moved between this snapshot and the one before."""
+
+    @property
+    def moving(self) -> bool:
+        return self.moved is not None and bool(self.moved.any())
 
     def held_since(self) -> np.ndarray:
         return self.read_ns if self.read_ns is not None else np.full(self.raw.shape, self.ts_ns, np.int64)
@@ -275,8 +283,15 @@ class RateEngine:
                 layout,
                 unknown,
             )
+        stale = None
+        if valid is None and snap.source not in REFRESH_AWARE_SOURCES:
+            stale = self._stale_ports(prev, raw, snap.ts_ns)
+            if stale is not None:
+                valid = np.repeat(~stale[:, None], raw.shape[1], axis=1)
         cur = _held(prev, _DeviceState(snap.ts_ns, layout, snap.ports, raw, valid))
-        cur.moving = bool(((raw != prev.raw) & layout.is_counter).any())
+        cur.moved = ((raw != prev.raw) & layout.is_counter).any(axis=1)
+        if stale is not None:
+            cur.moved |= stale  # still a busy port waiting for its refresh
         self._devices[snap.device] = cur
         dt = (snap.ts_ns - prev.ts_ns) / 1e9
         if prev.read_ns is None:
@@ -349,18 +364,20 @@ class RateEngine:
         gap_ns = ts - np.array([p.ts_ns for p in prevs], dtype=np.int64)
         counting = layout.is_counter
         changed = raw != prev_raw
-        moved = (changed & counting).any(axis=(1, 2))
-        may_be_stale = [
-            p.moving and s.source not in REFRESH_AWARE_SOURCES for p, s in zip(prevs, snaps, strict=True)
-        ]
-        stale = ~changed.any(axis=(1, 2)) & np.array(may_be_stale) & (gap_ns <= _STALE_MAX_NS)
+        may_be_stale = np.array(
+            [p.moving and s.source not in REFRESH_AWARE_SOURCES for p, s in zip(prevs, snaps, strict=True)]
+        )
+        was_moving = np.stack([np.zeros(len(p.ports), bool) if p.moved is None else p.moved for p in prevs])
+        port_stale = ~changed.any(axis=2) & was_moving
+        stale = port_stale.any(axis=1) & may_be_stale & (gap_ns <= _STALE_MAX_NS)
         special = stale | ((raw < prev_raw) & counting).any(axis=(1, 2))
         for k in np.flatnonzero(special):  # a repeat, a wrap or a reset: the general path
             out[rows[k]] = self.update(snaps[k], lines[k])
         plain = np.flatnonzero(~special)
         if plain.size == 0:
             return
-        raw, prev_raw, gap_ns, moved = raw[plain], prev_raw[plain], gap_ns[plain], moved[plain]
+        moved_ports = (changed & counting).any(axis=2)[plain]
+        raw, prev_raw, gap_ns = raw[plain], prev_raw[plain], gap_ns[plain]
         dt = gap_ns / 1e9
         delta = ((raw - prev_raw) & layout.mask).astype(np.float64)
         delta *= layout.scale
@@ -378,11 +395,25 @@ class RateEngine:
         for j, k in enumerate(plain):
             s = snaps[k]
             self._devices[s.device] = _DeviceState(
-                s.ts_ns, layout, s.ports, raw[j], None, None, bool(moved[j])
+                s.ts_ns, layout, s.ports, raw[j], None, None, moved_ports[j]
             )
             out[rows[k]] = RateFrame(
                 s.device, s.device_kind, s.ts_ns, float(dt[j]), s.ports, layout, rates[j]
             )
+
+    def _stale_ports(self, prev: _DeviceState, raw: np.ndarray, ts_ns: int) -> np.ndarray | None:
+        """Ports that read exactly as before although they were moving, within ``STALE_MAX_S`` of
+        their last change, while the device's other ports moved: reads between two refreshes of
+        the port's counters, held at their last change so that the next one's rate spans the whole
+        time since (``stats.stale_ports``). None: every port is fresh."""
+        if prev.moved is None:
+            return None
+        last_change = prev.held_since().min(axis=1)
+        stale = prev.moved & (raw == prev.raw).all(axis=1) & (ts_ns - last_change <= _STALE_MAX_NS)
+        if not stale.any():
+            return None
+        self.stats.stale_ports += int(stale.sum())
+        return stale
 
     def forget(self, device: str) -> None:
         """Drop a device's state (it left the fabric or moved to another worker)."""
@@ -519,8 +550,12 @@ def _realign(prev: _DeviceState, layout: Layout, ports: list[str]) -> _DeviceSta
         new_c, old_c = (np.array(x, dtype=np.intp) for x in zip(*cols, strict=True))
         raw[np.ix_(new_r, new_c)] = prev.raw[np.ix_(old_r, old_c)]
         valid[np.ix_(new_r, new_c)] = True if prev.valid is None else prev.valid[np.ix_(old_r, old_c)]
+        moved = np.zeros(len(ports), dtype=bool)
+        if prev.moved is not None:
+            moved[new_r] = prev.moved[old_r]
+        read_ns = None
         if prev.read_ns is not None:
             read_ns = np.full(raw.shape, prev.ts_ns, np.int64)
             read_ns[np.ix_(new_r, new_c)] = prev.read_ns[np.ix_(old_r, old_c)]
-            return _DeviceState(prev.ts_ns, layout, ports, raw, valid, read_ns)
+        return _DeviceState(prev.ts_ns, layout, ports, raw, valid, read_ns, moved)
     return _DeviceState(prev.ts_ns, layout, ports, raw, valid)

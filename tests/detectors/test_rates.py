@@ -300,6 +300,28 @@ def test_a_device_read_faster_than_it_refreshes_gives_unknown_then_the_true_rate
     assert e.stats.stale == 4
 
 
+def test_ports_refreshed_out_of_step_give_unknown_then_the_true_rate_each():
+    """Found (issue 33, real leaf counters): a switch refreshes each port's counters about every
+    second, each port at its own phase, and is read every half second. Every other read of a busy
+    port is unchanged while its neighbours moved, so the device as a whole never looked stale: the
+    port read 0, then twice its rate. Now its unchanged read is unknown, and the next one spans
+    the whole second; a port unchanged for three reads (a refresh every 1.5 s) too."""
+    e = RateEngine()
+    a = b = c = 0
+    rows = []
+    for i in range(13):
+        a += 50_000_000_000 if i % 2 == 1 else 0  # port a: refreshed on odd reads
+        b += 50_000_000_000 if i % 2 == 0 and i else 0  # port b: on even reads
+        c += 75_000_000_000 if i % 3 == 0 and i else 0  # port c: every third read
+        rows.append([[a], [b], [c]])
+    frames = run(e, [snap(T0 + i * 500_000_000, [BYTES64], r) for i, r in enumerate(rows)])
+    rates = np.array([f.values[:, 0] for f in frames])[3:]  # after every port has moved once
+    for port in range(3):
+        seen = rates[:, port]
+        assert (seen[~np.isnan(seen)] == 50e9).all(), (port, seen)  # never 0, never doubled
+    assert np.isnan(rates).sum() > 0 and e.stats.stale_ports > 0 and e.stats.stale == 0
+
+
 def test_a_device_that_goes_quiet_reads_zero_once_it_stays_unchanged():
     e = RateEngine()
     rows = [[0], [1000], [1000], [1000], [1000], [1000]]
