@@ -16,6 +16,7 @@ from fabricwatch.schemas.messages import Anomaly
 
 NS = 1_000_000_000
 START_S, END_S = 120.0, 420.0
+ONE_INCIDENT = [("ecmp_collapse", "firing"), ("ecmp_collapse", "resolved")]
 
 
 def replayed(tmp_path: Path, leaves: list[zj.Leaf]) -> list[Anomaly]:
