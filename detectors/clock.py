@@ -2,17 +2,17 @@
 
 Stage 2 evaluates as input time passes (``Ticker``), and input time is the collectors' clocks. One
 snapshot stamped ten minutes ahead would move time ten minutes on: nothing is evaluated until the
-input catches up, and every incident of those ten minutes is lost. A collector's clock that is
-wrong is a fact of life, so one device must not move the fabric's time by itself.
+input catches up, and every incident of those ten minutes is lost. A collector's clock that is wrong
+is a fact of life, so one device must not move the fabric's time by itself.
 
 A snapshot more than ``bound`` ahead of the newest accepted time is held, one per device. Time jumps
-only when devices agree: as many as ``min(2, devices known)`` held snapshots within ``bound`` of each
-other (a whole fabric back after a collector outage, or a replayed trace with a gap) release every
-held snapshot of the jump in time order. A device whose clock is alone ahead keeps being held; its
-older held snapshot is dropped, counted and reported with how far ahead it is. The bound is three
-of the longest poll interval seen (a device's next poll, late by up to half a poll of clock skew,
-stays well inside; a moving average per device, so one gap widens it for a while only), and
-``first_bound_s`` until an interval is known.
+only when most of the fabric agrees: held snapshots within ``bound`` of each other from more than
+half of the devices reporting (at least two; a whole fabric back after a collector outage, or a
+replayed trace with a gap) release every held snapshot of the jump in time order. A device whose
+clock is alone ahead keeps being held; its older held snapshot is dropped, counted and reported with
+how far ahead it is. The bound is three of the longest poll interval seen (a device's next poll,
+late by up to half a poll of clock skew, stays well inside; a moving average per device, so one gap
+widens it for a while only), and ``first_bound_s`` until an interval is known.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 _NS = 1_000_000_000
+RECENT_S = 300.0
+"""Devices seen this recently (fabric time) count toward the quorum a jump of time needs."""
 
 
 @dataclass
@@ -40,6 +42,8 @@ class ClockGuard(Generic[T]):
     _typical: dict[str, float] = field(default_factory=dict)
     _interval_ns: int = 0
     _held: dict[str, tuple[int, T]] = field(default_factory=dict)
+    _recent: tuple[int, int] | None = None
+    """(the first held time it was counted for, devices reporting then): see ``_needed``."""
 
     def bound_ns(self) -> int:
         if not self._interval_ns:
@@ -74,13 +78,26 @@ class ClockGuard(Generic[T]):
         agree = sorted(
             ((ts, d) for d, (ts, _) in self._held.items() if ts <= first + self.bound_ns()),
         )
-        if len(agree) < min(2, len(self._last | self._held)):
+        if len(agree) < self._needed(first):
             return [], None if displaced is None else displaced[1]
         released = []
         for ts, d in agree:
             released.append((ts, self._held.pop(d)[1]))
             self.ahead_s.pop(d, None)
         return released, None if displaced is None else displaced[1]
+
+    def _needed(self, first_ns: int) -> int:
+        """Devices that must agree to move time: most of those that report (more than half of the
+        devices seen within ``RECENT_S`` of the fabric's time), and at least two where two are
+        known. Two hosts with the same timezone error agree with each other, and moved the whole
+        fabric an hour on; a fabric back from an outage, or a replayed trace with a gap, comes back
+        whole. Counted once per jump: every snapshot of a fabric that jumps together is held."""
+        if self._recent is None or first_ns != self._recent[0]:
+            since = self.now_ns - int(RECENT_S * _NS)
+            reporting = sum(1 for ts in self._last.values() if ts >= since)
+            self._recent = (first_ns, reporting)
+        known = len(self._last | self._held)
+        return max(min(2, known), self._recent[1] // 2 + 1)
 
     def drain(self) -> list[tuple[str, T]]:
         """What is still held (at the end of the input): never confirmed, so dropped."""
