@@ -544,7 +544,13 @@ def _realign(prev: _DeviceState, layout: Layout, ports: list[str]) -> _DeviceSta
     valid = np.zeros_like(raw, dtype=bool)
     old_row = {p: i for i, p in enumerate(prev.ports)}
     rows = [(i, old_row[p]) for i, p in enumerate(ports) if p in old_row]
-    cols = [(j, prev.layout.positions[k]) for k, j in layout.positions.items() if k in prev.layout.positions]
+    # A column continues only as the same counter: read from another source (ethtool's bytes, then
+    # sysfs's 4-byte words for one poll) it is a new counter, whose first value has no previous.
+    cols = [
+        (j, k)
+        for key, j in layout.positions.items()
+        if (k := prev.layout.positions.get(key)) is not None and layout.counters[j] == prev.layout.counters[k]
+    ]
     if rows and cols:
         new_r, old_r = (np.array(x, dtype=np.intp) for x in zip(*rows, strict=True))
         new_c, old_c = (np.array(x, dtype=np.intp) for x in zip(*cols, strict=True))

@@ -98,6 +98,9 @@ class OutlierModel:
                 docs = {name: _check_class(name, m, path) for name, m in meta.pop("classes").items()}
                 with np.load(io.BytesIO(z.read("forests.npz")), allow_pickle=False) as arrays:
                     forests = {name: Forest.from_arrays(arrays, name) for name in docs}
+        except RecursionError:  # a meta.json nested too deep to be ours: refused, with the reason
+            why = "meta.json nested too deeply"
+            raise ModelError(f"{path}: not a fabricwatch outlier model ({why})") from None
         except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, ValueError, OSError) as exc:
             raise ModelError(f"{path}: not a fabricwatch outlier model ({exc})") from None
         classes = {name: _class_from_doc(name, m, forests[name]) for name, m in docs.items()}

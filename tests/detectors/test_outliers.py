@@ -205,6 +205,17 @@ def test_a_crafted_model_file_runs_no_code(model_path, tmp_path):
     assert not marker.exists()
 
 
+def test_a_model_whose_meta_nests_100000_deep_is_refused_with_the_reason(tmp_path):
+    """Found (issue 33, 8): a RecursionError traceback, not a refusal that says why."""
+    deep = tmp_path / "deep.model"
+    with zipfile.ZipFile(deep, "w") as z:
+        z.writestr("meta.json", "[" * 100_000 + "]" * 100_000)
+    with pytest.raises(
+        ModelError, match=r"deep\.model: not a fabricwatch outlier model \(meta.json nested too deeply\)"
+    ):
+        OutlierModel.load(deep)
+
+
 def test_a_damaged_tree_is_refused_before_it_is_walked(model, tmp_path):
     arrays = model.classes["nic"].forest.arrays("nic")
     nodes = arrays["nic/0/nodes"].copy()

@@ -322,6 +322,23 @@ def test_ports_refreshed_out_of_step_give_unknown_then_the_true_rate_each():
     assert np.isnan(rates).sum() > 0 and e.stats.stale_ports > 0 and e.stats.stale == 0
 
 
+def test_a_counter_read_from_another_source_for_one_poll_is_a_new_counter_never_a_rate():
+    """Found (issue 33, 5): ethtool failed for one poll and tx_bytes came from sysfs, in 4-byte
+    words; compared as one counter with ethtool's bytes it gave 1.47e9 then 2.10e9 B/s for a true
+    1e9, with a port reset. A change of source (and of scale) is a new counter: unknown, then
+    the true rate again."""
+    words = CounterSpec("tx_bytes", width=64, scale=4)  # sysfs port_xmit_data
+    e = RateEngine()
+    by_bytes = [[i * 1_000_000_000 + 123_456_789] for i in range(6)]  # ethtool: 1e9 B/s
+    rows = [(BYTES64, by_bytes[0]), (BYTES64, by_bytes[1]), (words, [by_bytes[2][0] // 4 + 7])]
+    rows += [(BYTES64, by_bytes[3]), (BYTES64, by_bytes[4]), (BYTES64, by_bytes[5])]
+    frames = run(e, [snap(T0 + i * 10**9, [spec], [r]) for i, (spec, r) in enumerate(rows)])
+    rates = [f.values[0, 0] for f in frames]
+    assert rates[0] == 1e9 and math.isnan(rates[1]) and math.isnan(rates[2])
+    assert rates[3:] == [1e9, 1e9]
+    assert e.stats.port_resets == 0
+
+
 def test_a_device_that_goes_quiet_reads_zero_once_it_stays_unchanged():
     e = RateEngine()
     rows = [[0], [1000], [1000], [1000], [1000], [1000]]
