@@ -65,6 +65,11 @@ class IncastConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     gauge-less switch's proof that the queue stood rather than peaked once."""
     standing_marks: Fraction = 0.8
     """Share of the marking a queue standing at the deep point would cause, allowing for noise."""
+    min_pause_fraction: Fraction = 0.01
+    """Share of the poll for which the switch must have paused other ports on the congested queue's
+    priority for the congestion to count as spreading (firing at once, critical). Pauses of a few
+    microseconds are a buffer's XOFF/XON breathing; found (issue 33, 7): 1 to 17 us of pause on a
+    spine port made 14 of 16 false incasts fire at once."""
 
     def __post_init__(self) -> None:
         check_ecn_curve(self.ecn_kmin_bytes, self.ecn_kmax_bytes, self.ecn_pmax)
@@ -127,7 +132,7 @@ class IncastDetector:
         standing_known = ~np.isnan(occupancy) if occupancy is not None else ~np.isnan(tx)[:, None]
         known = ~np.isnan(position) & standing_known
         streak.step(congested, frame.ts_ns, frame.dt_s, known=known)
-        pausing = self._pausing_ingress(frame)
+        pausing = self._pausing_ingress(frame, queues, cfg.min_pause_fraction)
         hurting = pausing if drops is None else (drops > 0) | pausing
         whole_poll = self._congested_throughout(occupancy, by_depth, by_marks, band, tx, line_Bps)
         streak.start(fed & ((streak.polls >= cfg.sustain_polls) | (congested & (hurting | whole_poll))))
@@ -141,7 +146,7 @@ class IncastDetector:
                 egress_utilisation=tx[p] / line_Bps[p],
                 fan_in_ports=int(fan_in[p]),
                 drops_pps=drops[p, q] if drops is not None else math.nan,
-                pausing_ingress=int(pausing),
+                pausing_ingress=int(pausing[p, q]),
                 ecn_kmin_bytes=band.kmin[p, q],
                 ecn_kmax_bytes=band.kmax[p, q],
                 ecn_profile="topology" if band.from_topology[p, q] else "config",
@@ -192,10 +197,19 @@ class IncastDetector:
         return saturated & deep_when_read & ((by_depth >= cfg.band_fraction) | stood)
 
     @staticmethod
-    def _pausing_ingress(frame: RateFrame) -> np.ndarray:
-        """True when this switch is sending PFC pauses on any port: congestion spreading upstream."""
-        tx_pfc, _ = frame.indexed("tx_pfc_frames")
-        return np.bool_(tx_pfc.size and (tx_pfc > 0).any())
+    def _pausing_ingress(frame: RateFrame, queues: np.ndarray, min_fraction: float) -> np.ndarray:
+        """Per (port, queue): whether the switch paused its other ports on that queue's priority
+        for at least ``min_fraction`` of the poll (by pause frames alone where it does not count
+        pause time): the queue's congestion spreading upstream, not any pause anywhere."""
+        frames = frame.aligned("tx_pfc_frames", queues)
+        shape = (len(frame.ports), len(queues))
+        if frames is None:
+            return np.zeros(shape, dtype=bool)
+        paused = frames > 0
+        duration = frame.aligned("tx_pfc_duration_us", queues)
+        if duration is not None:
+            paused &= ~(duration / 1e6 < min_fraction * frame.dt_s)  # unknown time: by frames
+        return paused.sum(axis=0)[None, :] - paused > 0  # the other ports: not the victim itself
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,26 @@ def test_incast_needs_to_persist_and_a_single_burst_is_absorbed():
     assert out[1][0].evidence["fan_in_ports"] == 4
 
 
+def test_only_pausing_that_lasts_makes_an_incast_fire_at_once():
+    """Found (issue 33, 7): a pause frame sent on any port of the switch, for 1 to 17 us, made a
+    queue in its band fire at once as critical. Now only the switch pausing its other ports on the
+    queue's priority for 1% of the poll is congestion spreading."""
+    feeders = PORTS[1:5]
+    partial = {**incast("Ethernet0", feeders), "tx_bytes": {"Ethernet0": 0.6 * LINE_Bps}}
+    for pause_us, fires in ((17.0, False), (0.3e6, True)):
+        sw, stage = Switch("leaf0", PORTS), Stage1()
+        spreading = {
+            **partial,
+            "tx_pfc_frames": {"Ethernet40": 200},
+            "tx_pfc_duration_us": {"Ethernet40": pause_us},
+        }
+        out = run(stage, [sw.poll(1.0), sw.poll(1.0, **spreading)])
+        assert bool(out[1]) == fires, pause_us
+    sw, stage = Switch("leaf0", PORTS), Stage1()  # pausing on the victim's own port: not upstream
+    itself = {**partial, "tx_pfc_frames": {"Ethernet0": 200}, "tx_pfc_duration_us": {"Ethernet0": 0.3e6}}
+    assert run(stage, [sw.poll(1.0), sw.poll(1.0, **itself)])[1] == []
+
+
 def test_a_whole_poll_of_standing_incast_is_reported_at_once():
     """Line rate all interval, queue deep at its peak and still deep when read: already sustained."""
     sw, stage = Switch("leaf0", PORTS), Stage1()

@@ -24,6 +24,7 @@ COLS = [
     CounterSpec("rx_pfc_frames", index=3),
     CounterSpec("rx_pfc_duration_us", index=3),
     CounterSpec("tx_pfc_frames", index=3),
+    CounterSpec("tx_pfc_duration_us", index=3),
     CounterSpec("queue_tx_bytes", index=3),
     CounterSpec("queue_ecn_marked_packets", index=3),
     CounterSpec("queue_drops", index=3),
@@ -31,7 +32,7 @@ COLS = [
     CounterSpec("queue_watermark_bytes", kind="watermark", index=3),
 ]
 
-RATE_COLS = 8  # the first eight are counters; the last two are read as they are
+RATE_COLS = 9  # the first nine are counters; the last two are read as they are
 
 
 class Switch:
