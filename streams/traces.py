@@ -29,6 +29,34 @@ class PublishResult:
     stats: PublisherStats
 
 
+class Pace:
+    """When each record of a trace is due, at ``speed`` times its recorded pace from ``started``
+    (monotonic seconds). Time follows the records, except a record stamped far ahead of the rest
+    (``JUMP_S``): one device's clock an hour ahead stalled ``replay --speed 4`` for 900 s. It is
+    sent at once and moves nothing; the trace's time jumps only when ``CONFIRM`` records in a row
+    are that far ahead (a gap in the recording, which a faithful replay waits out)."""
+
+    JUMP_S = 30.0
+    CONFIRM = 20
+
+    def __init__(self, speed: float, started: float) -> None:
+        self.speed, self.started = speed, started
+        self.first_ns: int | None = None
+        self.now_ns = 0
+        self._ahead = 0
+
+    def due(self, ts_ns: int) -> float:
+        if self.first_ns is None:
+            self.first_ns = self.now_ns = ts_ns
+        if ts_ns - self.now_ns > self.JUMP_S * 1e9:
+            self._ahead += 1
+            if self._ahead < self.CONFIRM:
+                return self.started  # now: out of line with the rest, it sets no pace
+        self._ahead = 0
+        self.now_ns = max(self.now_ns, ts_ns)
+        return self.started + (self.now_ns - self.first_ns) / 1e9 / self.speed
+
+
 def publish_trace(
     path: Path, settings: BrokerSettings, speed: float = 0.0, stop: threading.Event | None = None
 ) -> PublishResult:
@@ -39,16 +67,15 @@ def publish_trace(
     publisher = Publisher(settings)
     records = labels = 0
     started = time.monotonic()
-    first_ns: int | None = None
+    pace = Pace(speed, started)
     try:
         with TraceReader(path) as reader:
             for rec in reader:
                 if rec.topic == topics.LABELS:
                     labels += 1
                     continue
-                first_ns = rec.ts_ns if first_ns is None else first_ns
                 if speed > 0:
-                    stop.wait(max(0.0, started + (rec.ts_ns - first_ns) / 1e9 / speed - time.monotonic()))
+                    stop.wait(max(0.0, pace.due(rec.ts_ns) - time.monotonic()))
                 if stop.is_set():
                     break
                 publisher.send(rec.topic, rec.key, rec.value(), rec.ts_ns)
