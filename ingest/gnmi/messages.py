@@ -110,6 +110,9 @@ def _gnmic_object(obj: Mapping[str, Any]) -> Iterator[Point]:
 
 
 def _gnmic_event(event: Mapping[str, Any]) -> Iterator[Point]:
+    if "values" not in event and "deletes" not in event:
+        looks = "Telegraf's JSON (use `fabricwatch ingest telegraf`)" if "fields" in event else "no event"
+        raise ValueError(f"a gnmic event without values or deletes: {looks}")
     tags = event.get("tags") or {}
     device = _device(tags.get("source"), "gnmic event")
     ts_ns = _timestamp(event.get("timestamp"), 1, "gnmic event")
@@ -137,6 +140,9 @@ def _gnmic_json(msg: Mapping[str, Any]) -> Iterator[Point]:
 
 
 def _telegraf_metric(metric: Mapping[str, Any]) -> Iterator[Point]:
+    if "fields" not in metric:  # found: gnmic's events fed here gave 0 points and 0 problems
+        looks = "gnmic's event format (use `fabricwatch ingest gnmic`)" if "values" in metric else "no metric"
+        raise ValueError(f"a Telegraf metric without fields: {looks}")
     tags = metric.get("tags") or {}
     device = _device(tags.get("source"), "Telegraf metric")
     ts_ns = _timestamp(metric.get("timestamp"), None, "Telegraf metric")

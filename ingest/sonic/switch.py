@@ -433,7 +433,8 @@ class SonicSwitch:
                 present[i] = True
                 numbers.append(int(value))
             else:
-                self._bad(f"{plan.asked[plan.asked_of[i]][1]} = {value[:40]!r}: not a counter")
+                shown = value[:40].decode(errors="replace") if isinstance(value, bytes) else str(value)[:40]
+                self._bad(f"{plan.asked[plan.asked_of[i]][1]} = {shown!r}: not a counter")
         return np.array(numbers, dtype=np.uint64), present
 
     def _bad(self, text: str) -> None:

@@ -186,6 +186,17 @@ def test_bad_messages_give_problems_never_an_exception(fmt, raw, problem):
     assert parsed.points == [] and any(problem in p for p in parsed.problems)
 
 
+def test_a_message_of_the_other_format_is_a_problem_that_names_the_right_command():
+    """Found (issue 33, 6): gnmic's events fed to `ingest telegraf` gave 0 points and 0 problems."""
+    events = (FIXTURES / "gnmic_event_format_srl_interface_stats_docs.json").read_bytes()
+    parsed = parse_message("telegraf", events)
+    assert parsed.points == [] and len(parsed.problems) == 18
+    assert all("gnmic's event format (use `fabricwatch ingest gnmic`)" in p for p in parsed.problems)
+    line = (FIXTURES / "telegraf_gnmi_ifcounters_juniper_issue11778.txt").read_text().splitlines()[0]
+    parsed = parse_message("gnmic", json.dumps(telegraf_json(line)).encode())
+    assert parsed.points == [] and "Telegraf's JSON (use `fabricwatch ingest telegraf`)" in parsed.problems[0]
+
+
 def test_values_that_are_not_counters_are_left_out():
     msg = [
         event("leaf1", T0, f"{OC}/in-octets", "12abc", interface_name="Ethernet0"),

@@ -158,7 +158,7 @@ def test_bad_values_cost_only_themselves_and_are_said_once(db):
     said: list[str] = []
     sw = collector(db.url, said)
     sw.read(0.1)
-    db.counters.hset("COUNTERS:" + db._oids["Ethernet4"], "SAI_PORT_STAT_IF_OUT_OCTETS", "12abc")
+    db.counters.hset("COUNTERS:" + db._oids["Ethernet4"], "SAI_PORT_STAT_IF_OUT_OCTETS", "15,437")
     db.counters.delete("COUNTERS:" + db._oids["Ethernet0:2"])
     db.counters.set("COUNTERS:" + db._oids["Ethernet0:2"], "not a hash")
     for _ in range(3):
@@ -169,6 +169,9 @@ def test_bad_values_cost_only_themselves_and_are_said_once(db):
     assert cell(snap, "Ethernet0", "queue_tx_bytes", 3) == 0
     assert sw.stats.bad_values == 6
     assert len([s for s in said if "left out" in s]) == 2
+    assert any("SAI_PORT_STAT_IF_OUT_OCTETS = '15,437': not a counter" in s for s in said), (
+        said
+    )  # not b'15,437'
 
 
 def test_an_unreachable_or_garbage_speaking_switch_fails_its_poll_and_recovers(db):
