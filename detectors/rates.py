@@ -457,9 +457,9 @@ class RateEngine:
                 delta = self._count_from_zero(layout, cur, delta, went_down, reset)
         delta /= dt
         rates = np.where(layout.is_counter, delta, cur)
-        self._drop_impossible(layout, rates, line_Bps)
-        if valid is not None or prev.valid is not None:
+        if valid is not None or prev.valid is not None:  # unknown first: never counted impossible
             rates[~_known(layout, valid, prev.valid)] = np.nan
+        self._drop_impossible(layout, rates, line_Bps)
         return rates
 
     def _drop_impossible(self, layout: Layout, rates: np.ndarray, line_Bps: np.ndarray | None) -> None:

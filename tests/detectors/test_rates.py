@@ -339,6 +339,21 @@ def test_a_counter_read_from_another_source_for_one_poll_is_a_new_counter_never_
     assert e.stats.port_resets == 0
 
 
+def test_a_port_back_after_missing_is_unknown_and_not_counted_impossible():
+    """Found (issue 33, 6): a port that left a snapshot and came back had no previous value; its
+    rates were unknown, as they should be, but counted as impossible first (11 of 14 columns)."""
+    e = RateEngine()
+    both, one = ["p0", "p1"], ["p0"]
+    snaps = [
+        snap(T0, [BYTES64], [[10**12], [5 * 10**12]], both),
+        snap(T0 + 10**9, [BYTES64], [[10**12 + 10**9]], one),
+        snap(T0 + 2 * 10**9, [BYTES64], [[10**12 + 2 * 10**9], [5 * 10**12 + 2 * 10**9]], both),
+    ]
+    last = run(e, snaps)[-1]
+    assert last.values[0, 0] == 1e9 and math.isnan(last.values[1, 0])
+    assert e.stats.impossible == 0
+
+
 def test_a_device_that_goes_quiet_reads_zero_once_it_stays_unchanged():
     e = RateEngine()
     rows = [[0], [1000], [1000], [1000], [1000], [1000]]
