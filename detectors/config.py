@@ -39,9 +39,12 @@ Defaults and where they come from:
   reported as evidence but do not gate: with eight members, one saturated uplink beside seven at a
   quarter load still has entropy 0.92, so an entropy threshold would have to depend on the group
   size.
-* Device silence — a device is dark once it has missed ``dark_after_polls`` (5) of its own polls
-  and at least ``min_dark_s`` (10 s): one or two missed polls are routine (a slow switch CLI, a
-  collector restart), five in a row are not. Timed on the fabric's clock, not the wall's.
+* Device silence — a device is dark once it has missed ``dark_after_polls`` (10) of its own polls
+  and at least ``min_dark_s`` (30 s): missed polls are routine (a slow switch CLI, a collector
+  restart, a lossy management network), ten in a row are not. A collector that loses 15% of its
+  polls misses five in a row about once per 13,000 polls, and paged at five (found at 2 s polls,
+  issue 33's heavy-faults scenario); ten in a row, once per 170 million. Timed on the fabric's
+  clock, not the wall's.
 * Learned outliers — no threshold is set by hand. A port class's threshold is the
   ``threshold_quantile`` of its IsolationForest's scores on the baseline (0.9995: one baseline
   poll in two thousand scores above it); a health feature (errors, retransmissions, a queue on an
@@ -63,6 +66,12 @@ from fabricwatch.schemas.config import ConfigFile
 
 class IncidentConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     resolve_after_s: float = 3.0
+    unrefreshed_s: float = 35.0
+    """How long an active symptom its detector stops saying again is kept. Detectors say an active
+    symptom at every poll and clear it when it ends, so one that is not said again comes from a
+    device that stopped reporting: kept past ``silence.min_dark_s`` (30 s), the device's silence
+    is found first and holds its incidents open (found: a storm whose root went dark was called
+    over 3 polls later, before its silence could be seen)."""
 
 
 def config_type(registry: Registry) -> type[msgspec.Struct]:

@@ -41,9 +41,9 @@ averaged in, or a device back from an outage would take that long to be missed a
 
 
 class SilenceConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    dark_after_polls: AtLeastOne = 5
+    dark_after_polls: AtLeastOne = 10
     """A device is dark after this many of its polls without one (a missed poll or two is routine)."""
-    min_dark_s: Positive = 10.0
+    min_dark_s: Positive = 30.0
     """And never before this long: a collector restart takes a few seconds."""
     established_polls: AtLeastOne = 3
     """Polls a device must have sent before its silence means anything: a stray snapshot (a
