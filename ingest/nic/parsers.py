@@ -7,6 +7,7 @@ into silently missing or wrong counters. Every error names the line or key and t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -15,6 +16,8 @@ ETHTOOL_HEADER = "NIC statistics:"
 SONIC_PORT_MAP = "COUNTERS_PORT_NAME_MAP"
 SONIC_QUEUE_MAP = "COUNTERS_QUEUE_NAME_MAP"
 MAX_U64 = 2**64 - 1
+_COUNTER_NAME = re.compile(r"(\[\d+\]: ?)?\S+")
+"""A counter's name: no blank inside, after bnxt's per-ring ``[0]: `` prefix."""
 
 
 class EthtoolStats(NamedTuple):
@@ -192,6 +195,10 @@ def _ethtool_line(line: str, lineno: int) -> tuple[str, int]:
         raise ValueError(f"line {lineno}: expected '<name>: <value>', got {line.strip()!r}")
     if "\ufffd" in name or not name.isprintable():
         raise ValueError(f"line {lineno}: counter name is not text: {name!r}")
+    if not _COUNTER_NAME.fullmatch(name):  # found (issue 33, 6): a counter that vanished without a word
+        raise ValueError(
+            f"line {lineno}: not one counter's name (a line cut and joined with the next?): {name!r}"
+        )
     if not _is_uint(value) or int(value) > MAX_U64:
         raise ValueError(f"line {lineno}: value of {name!r} is not an unsigned 64-bit integer: {value!r}")
     return name, int(value)

@@ -96,6 +96,11 @@ def test_output_that_is_not_ethtool_stats_is_an_error(text, message):
         ("     : 4", "line 3: expected '<name>: <value>'"),
         ("     rx_\ufffdbytes: 4", "line 3: counter name is not text"),
         ("     rx_bytes: 2", "line 3: counter 'rx_bytes' appears twice; both values dropped"),
+        # Found (issue 33, 6): a line cut and joined with the next read as a counter of another name.
+        (
+            "     rx_vport_unicast_pa     tx_bytes_phy: 9",
+            "line 3: not one counter's name (a line cut and joined",
+        ),
     ],
 )
 def test_a_bad_line_costs_only_itself(line, problem):
