@@ -144,7 +144,8 @@ def build_combined_snapshot(
     winners = _winning_columns(sources, mapped)
     keys = sorted(winners)
     rows = [[_value(mapped[port], winners[key][1], key) for key in keys] for port in per_port]
-    present = [s for s in sources if any(s in by_source for by_source in per_port.values())]
+    given = {source for _, source in winners.values()}
+    present = [s for s in sources if s in given]  # a source that gave nothing (every value N/A) is not named
     return Snapshot(
         device=device,
         device_kind=device_kind,

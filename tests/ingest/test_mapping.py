@@ -299,6 +299,14 @@ def test_combined_snapshot_takes_each_column_from_the_first_source_that_has_it()
     assert snap.source == "mlx5_ethtool+ib_counters"
 
 
+def test_a_source_that_gave_nothing_is_not_named_as_the_snapshot_s_source():
+    """Found (issue 33, 6): an i40iw device whose hw_counters all read N/A was said to come from
+    them. Only the sources that gave a column are named."""
+    per_port = {"1": {"mlx5_ethtool": {}, "ib_counters": {"port_xmit_data": 1000}}}
+    snap = build_combined_snapshot("h/mlx5_0", "nic", T0, ["mlx5_ethtool", "ib_counters"], per_port)
+    assert snap.source == "ib_counters"
+
+
 def test_combined_snapshot_refuses_a_source_missing_from_the_order():
     with pytest.raises(ValueError, match="not in sources"):
         build_combined_snapshot("d", "nic", T0, ["ib_counters"], {"1": {"mlx5_ethtool": {}}})
