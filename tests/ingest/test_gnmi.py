@@ -67,6 +67,14 @@ def test_gnmic_event_sample_of_an_sr_linux_interface():
     assert len(said) == 9  # each said once
 
 
+def test_junos_out_pkts_through_gnmic_is_the_port_s_packets():
+    """Found (issue 33, 6): OpenConfig's out-pkts, all Junos sends, had no mapping row."""
+    events = json.loads((FIXTURES / "gnmic_event_junos_out_pkts_issue261.json").read_text())
+    (snap,), _ = assembled("gnmic", [events])
+    assert (snap.device, snap.ports) == ("junos", ["em0"])
+    assert cell(snap, "em0", "tx_packets") == 7114902
+
+
 def test_telegraf_json_of_a_juniper_router_maps_leaves_under_the_subscription_path():
     lines = (FIXTURES / "telegraf_gnmi_ifcounters_juniper_issue11778.txt").read_text().splitlines()
     snaps, _ = assembled("telegraf", [telegraf_json(line) for line in lines])
