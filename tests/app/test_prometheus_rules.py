@@ -4,13 +4,13 @@ not on one that is healthy (issue 32, Found 12: a collector whose /healthz fails
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import urllib.request
 
 import pytest
 from helpers.paths import ROOT
+from helpers.prometheus import prometheus
 from helpers.waiting import wait_for
 from prometheus_client import CollectorRegistry, Counter
 
@@ -22,10 +22,6 @@ RULES = ROOT / "deploy" / "prometheus" / "fabricwatch-rules.yml"
 pytestmark = pytest.mark.skipif(
     shutil.which("prometheus") is None, reason="Debian's prometheus is not installed"
 )
-
-
-def scrape(job: str, port: int) -> str:
-    return f"  - {{job_name: {job}, static_configs: [{{targets: ['127.0.0.1:{port}']}}]}}\n"
 
 
 def test_promtool_accepts_the_rules():
@@ -42,52 +38,25 @@ def test_prometheus_alerts_on_an_unhealthy_daemon_and_a_dead_one_and_not_on_a_he
     sick, well = CollectorRegistry(), CollectorRegistry()
     Counter("fabricwatch_collect_polls", "polls", registry=sick).inc()
     health = {"sick": (False, "no poll finished for 31 s"), "well": (True, "")}
-    dead_port, prometheus_port = free_port(), free_port()
+    dead_port = free_port()
     with (
         MetricsServer(sick, lambda: health["sick"], "127.0.0.1", 0) as sick_server,
         MetricsServer(well, lambda: health["well"], "127.0.0.1", 0) as well_server,
     ):
         with urllib.request.urlopen(f"http://127.0.0.1:{sick_server.port}/metrics", timeout=5) as r:
             assert "fabricwatch_healthy 0.0" in r.read().decode()
-        config = tmp_path / "prometheus.yml"
-        config.write_text(
-            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-            f"rule_files: ['{RULES}']\n"
-            "scrape_configs:\n"
-            + scrape("fabricwatch-collect", sick_server.port)
-            + scrape("fabricwatch-sink", well_server.port)
-            + scrape("fabricwatch-alert", dead_port)
-        )
-        server = subprocess.Popen(
-            [
-                "prometheus",
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{prometheus_port}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-
-            def alerts() -> set[tuple[str, str]]:
-                """(alert, job) of every alert pending or firing: ``for`` is Prometheus' to keep."""
-                try:
-                    url = f"http://127.0.0.1:{prometheus_port}/api/v1/alerts"
-                    with urllib.request.urlopen(url, timeout=2) as response:
-                        found = json.load(response)["data"]["alerts"]
-                except OSError:
-                    return set()  # not up yet
-                return {(a["labels"]["alertname"], a["labels"]["job"]) for a in found}
-
+        jobs = {
+            "fabricwatch-collect": [sick_server.port],
+            "fabricwatch-sink": [well_server.port],
+            "fabricwatch-alert": [dead_port],
+        }
+        with prometheus(tmp_path, jobs, RULES) as server:  # pending or firing: ``for`` is Prometheus'
             wanted = {
                 ("FabricwatchDaemonUnhealthy", "fabricwatch-collect"),
                 ("FabricwatchDaemonDown", "fabricwatch-alert"),
             }
-            assert wait_for(lambda: alerts() >= wanted, 60), alerts()
-            assert {job for _, job in alerts()} == {"fabricwatch-collect", "fabricwatch-alert"}
+            assert wait_for(lambda: server.alerts() >= wanted, 60), server.alerts()
+            assert {job for _, job in server.alerts()} == {"fabricwatch-collect", "fabricwatch-alert"}
             health["sick"] = (True, "")  # it recovers: its alert goes
-            assert wait_for(lambda: ("FabricwatchDaemonUnhealthy", "fabricwatch-collect") not in alerts(), 30)
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+            recovered = ("FabricwatchDaemonUnhealthy", "fabricwatch-collect")
+            assert wait_for(lambda: recovered not in server.alerts(), 30)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers.nic_trees import lay_out
+from helpers.prometheus import prometheus
 from helpers.streaming import Collector
 from helpers.waiting import wait_for
 
@@ -142,47 +143,18 @@ def test_prometheus_scrapes_the_collector_and_a_worker(broker, workers, sysfs, t
     snapshots the workers processed."""
     for w in workers:
         w.wait_ready()
-    collector_port, prometheus_port = free_port(), free_port()
-    worker_targets = ", ".join(f"'127.0.0.1:{w.port}'" for w in workers)
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        f"  - {{job_name: collector, static_configs: [{{targets: ['127.0.0.1:{collector_port}']}}]}}\n"
-        f"  - {{job_name: worker, static_configs: [{{targets: [{worker_targets}]}}]}}\n"
-    )
-    server = subprocess.Popen(
-        [
-            "prometheus",
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{prometheus_port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    daemon = start_daemon(broker, sysfs, collector_port)
-    try:
-
-        def series(query: str) -> list:
-            url = f"http://127.0.0.1:{prometheus_port}/api/v1/query?" + urllib.parse.urlencode(
-                {"query": query}
-            )
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    return json.load(response)["data"]["result"]
-            except OSError:
-                return []  # not up yet
-
-        polls = 'fabricwatch_collect_poll_duration_seconds_count{job="collector"}'
-        published = 'fabricwatch_collect_messages_total{job="collector",outcome="acked"}'
-        processed = 'fabricwatch_processed_total{job="worker",what="snapshots"}'
-        assert wait_for(lambda: all(series(f"{q} > 0") for q in (polls, published)), 60)
-        assert wait_for(lambda: series(f"sum({processed}) > 0"), 60)  # the collector's snapshots
-        health = urllib.request.urlopen(f"http://127.0.0.1:{collector_port}/healthz", timeout=2)
-        assert json.load(health)["healthy"] is True
-    finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.communicate(timeout=30)
-        server.terminate()
-        server.wait(timeout=30)
+    collector_port = free_port()
+    jobs = {"collector": [collector_port], "worker": [w.port for w in workers]}
+    with prometheus(tmp_path, jobs) as server:
+        daemon = start_daemon(broker, sysfs, collector_port)
+        try:
+            polls = 'fabricwatch_collect_poll_duration_seconds_count{job="collector"}'
+            published = 'fabricwatch_collect_messages_total{job="collector",outcome="acked"}'
+            processed = 'fabricwatch_processed_total{job="worker",what="snapshots"}'
+            assert wait_for(lambda: all(server.series(f"{q} > 0") for q in (polls, published)), 60)
+            assert wait_for(lambda: server.series(f"sum({processed}) > 0"), 60)  # the collector's snapshots
+            health = urllib.request.urlopen(f"http://127.0.0.1:{collector_port}/healthz", timeout=2)
+            assert json.load(health)["healthy"] is True
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            daemon.communicate(timeout=30)
