@@ -26,7 +26,9 @@ or not at all. The rules, applied to the whole ports x counters matrix at once:
   every half second, shows every other read unchanged and the next one doubled): its rates are
   unknown, and the state stays at the last change, so the next change gives its rate over the
   whole time since. A device that stays unchanged past ``STALE_MAX_S`` has really gone quiet:
-  its rates are zero again;
+  its rates are zero again. The same holds port by port: a busy port read unchanged while the
+  rest of its switch moved is a read between two refreshes of that port (switches that refresh
+  each port at its own phase), unknown, held at its last change;
 * where the topology gives a port's line rate, a byte or packet rate past ``LINE_SLACK`` times what
   the line can carry is impossible (unknown, counted), as a rate past the vocabulary's bound is.
 
