@@ -107,7 +107,8 @@ def test_the_translator_turns_a_topic_of_gnmi_telemetry_into_the_switches_rates(
             if i == 2:  # the same sample again, and one of an earlier one
                 publisher.send(source_topic, device, write(device, ts, rate * i)[0])
                 publisher.send(source_topic, device, write(device, ts - 2 * 10**9, rate * (i - 2))[0])
-    publisher.send(source_topic, "x", b'{"values": {"/x": 1}, "tags": {"source": "leaf9"}}')  # no timestamp
+    leaves = b'"fields": {"in_octets": 1}' if fmt == "telegraf" else b'"values": {"/x": 1}'
+    publisher.send(source_topic, "x", b"{" + leaves + b', "tags": {"source": "leaf9"}}')  # no timestamp
     publisher.send(source_topic, "x", b"\x00garbage")
     publisher.close()
 
