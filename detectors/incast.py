@@ -115,14 +115,7 @@ class IncastDetector:
         by_marks = self._marked_position(frame, ecn, queues, band)
         position = np.fmax(by_depth, by_marks)
         streak = self._streaks.get(frame.device, watermark.shape)
-        # Deep in the band; or past the hold level on a queue that stood (read above Kmin, or the
-        # port at line rate all poll): DCQCN holds a mild incast's queue low in a shallow band (3
-        # senders at 60% on a 100G port marked 7.7% of packets at WRED's pmax 0.1, read as 0.48 of
-        # the band against the assumed 0.2; issue 33, 4), while a busy link held near Kmin marks a
-        # fraction of a percent.
-        saturated = (tx >= cfg.full_poll_utilisation * line_Bps)[:, None]
-        stood = saturated if occupancy is None else saturated | (occupancy >= band.kmin)
-        deep = (position >= cfg.band_fraction) | (stood & (position >= cfg.hold_band_fraction))
+        deep = position >= cfg.band_fraction
         held = (position >= cfg.hold_band_fraction) & ((streak.polls > 0) | streak.active)
         marking = deep | held if ecn is None else (deep | held) & (ecn > 0)
         if occupancy is not None:
