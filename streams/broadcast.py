@@ -29,7 +29,13 @@ def wire(w: Worker, client_kwargs: dict[str, Any]) -> None:
 
 
 async def _follow(consumer: AIOKafkaConsumer, w: Worker) -> None:
-    """Read the latest topology and the recent phases, then follow both for as long as we run."""
+    """Read the latest topology and the recent phases, then follow both for as long as we run.
+
+    ``topology_known`` is set once the topology is read to its end (applied, or found empty),
+    ``topology_seen`` once one is applied. Both stages wait for them (``Worker.topology_read``):
+    a symptom read before the topology goes to the wrong pod's stage 2 and is judged there
+    without the links that tie a pause to its root. Found: a worker that joined under load read
+    counters before the topology, and a leaf paused by a NIC's storm became a storm of its own."""
     await consumer.topics()  # metadata of every topic, not only of subscribed ones
     tps = [
         TopicPartition(t, p)
@@ -38,20 +44,21 @@ async def _follow(consumer: AIOKafkaConsumer, w: Worker) -> None:
     ]
     inputs = sorted(consumer.partitions_for_topic(topics.COUNTERS) or [])
     w.stage2.expected_sources = tuple(f"{topics.COUNTERS}/{p}" for p in inputs)
+    topology = [tp for tp in tps if tp.topic == topics.TOPOLOGY]
     consumer.assign(tps)
-    ends = await consumer.end_offsets(tps)
+    starts = await consumer.end_offsets(tps)
     for tp in tps:
         back = 1 if tp.topic == topics.TOPOLOGY else w.opts.phases_lookback
-        consumer.seek(tp, max(0, ends[tp] - back))
+        consumer.seek(tp, max(0, starts[tp] - back))
     while True:
         batch = await consumer.getmany(timeout_ms=100)
         for records in batch.values():
             for record in records:
                 _apply(record.topic, record.value, w)
+        if not w.topology_known.is_set() and await _read_to_end(consumer, topology):
+            w.topology_known.set()
         if not w.progress.inputs_ready:
-            positions = [await consumer.position(tp) for tp in tps]
-            ends = await log_ends_aio(consumer, tps)
-            w.progress.inputs_ready = all(p >= ends[tp] for p, tp in zip(positions, tps, strict=True))
+            w.progress.inputs_ready = await _read_to_end(consumer, tps)
 
 
 def _apply(topic: str, value: bytes, w: Worker) -> None:
@@ -69,3 +76,13 @@ def _apply(topic: str, value: bytes, w: Worker) -> None:
     else:
         w.stage2.on_phase(msg)
     w.progress.processed(topic)
+
+
+async def _read_to_end(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> bool:
+    """Whether ``tps`` are read to their end. Only after a fetch answered for each: before one,
+    Tansu's short ListOffsets answer (see ``log_ends``) calls a one-record topic empty."""
+    if any(consumer.highwater(tp) is None for tp in tps):
+        return False
+    ends = await log_ends_aio(consumer, tps)
+    positions = [await consumer.position(tp) for tp in tps]
+    return all(p >= ends[tp] for p, tp in zip(positions, tps, strict=True))

@@ -112,8 +112,7 @@ async def _process(
 ) -> None:
     """One fetch through stage 1; its output handed to the producer before its offsets count as done,
     and only if no rebalance came in between (``assignment``)."""
-    if not w.topology_seen.is_set():
-        await _wait(w.topology_seen, w.opts.topology_wait_s)
+    await w.topology_read()
     records = [r for rs in batch.values() for r in rs]
     sources = [s for tp, rs in batch.items() for s in [f"{tp.topic}/{tp.partition}"] * len(rs)]
     async with w.stage1_lock:
@@ -215,11 +214,3 @@ class _Offsets(ConsumerRebalanceListener):
         finally:
             await admin.close()
         return {tp: o.offset for tp, o in found.items() if o.offset >= 0}
-
-
-async def _wait(event: asyncio.Event, timeout_s: float) -> None:
-    """Wait for the topology, but not forever: detection without it is degraded, not impossible."""
-    try:
-        await asyncio.wait_for(event.wait(), timeout_s)
-    except TimeoutError:
-        event.set()

@@ -32,6 +32,7 @@ def wire(w: Worker) -> None:
 
     @app.agent(app.topic(topics.SYMPTOMS))
     async def stage2_agent(stream: faust.StreamT) -> None:
+        await w.topology_read()  # a new owner judging a pod's pauses without its links roots them anywhere
         async for events in stream.take_events(opts.batch_max, within=opts.batch_within_s):
             async with w.stage2_lock:
                 taken = w.stage2.taken

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,11 @@ from fabricwatch.schemas import topics
 from fabricwatch.streams.health import Progress
 from fabricwatch.streams.kafka_io import BrokerSettings
 from fabricwatch.streams.stages import DEFAULT_MAX_MESSAGE_BYTES, Keyed, Stage1Worker, Stage2Worker
+
+log = logging.getLogger(__name__)
+
+TOPOLOGY_FIRST_S = 5.0
+"""How long the stages wait for a first topology when none is published yet."""
 
 DEAD_LETTER_HEAD = 64 * 1024
 """What is kept of a message too large for the dead-letter topic itself."""
@@ -37,7 +43,9 @@ class WorkerOptions:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     session_timeout_s: float = 10.0
     stall_after_s: float = 30.0
-    topology_wait_s: float = 5.0
+    topology_wait_s: float = 30.0
+    """How long both stages wait at start for the topology topic to be read to its end before they
+    go on without one (a broker that does not answer)."""
     fetch_max_wait_ms: int = 100
     heartbeat_s: float = 0.2
     """How often stage 1 tells stage 2 which partitions it has read to the end (latency at the end
@@ -65,6 +73,9 @@ class Worker:
     stage2_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """One writer at a time keeps each incident's events in order."""
     topology_seen: asyncio.Event = field(default_factory=asyncio.Event)
+    """A topology was applied (or the stages gave up waiting for one)."""
+    topology_known: asyncio.Event = field(default_factory=asyncio.Event)
+    """The topology topic was read to its end, whether it held one or not."""
     topology: TopologyView = field(default_factory=TopologyView)
     """The whole fabric's topology with each host's LLDP report merged in."""
     processed: dict[Any, int] = field(default_factory=dict)
@@ -74,6 +85,25 @@ class Worker:
 
     def __post_init__(self) -> None:
         self._deadletter = self.app.topic(topics.DEADLETTER)
+
+    async def topology_read(self) -> None:
+        """Wait until the topology the broker holds is applied (``broadcast``). Found empty, wait
+        ``TOPOLOGY_FIRST_S`` more for a first one: a fabric's first records (a replay, collectors
+        started after the workers) bring it just before their counters. Not forever: detection
+        without it is degraded, not impossible, and the log says so."""
+        if self.topology_seen.is_set():
+            return
+        try:
+            await asyncio.wait_for(self.topology_known.wait(), self.opts.topology_wait_s)
+            await asyncio.wait_for(self.topology_seen.wait(), TOPOLOGY_FIRST_S)
+        except TimeoutError:
+            log.warning(
+                "no topology read from %s (%s): going on without one; symptoms go to stage 2 "
+                "without their pod, and pauses are not traced to their root",
+                topics.TOPOLOGY,
+                "none published" if self.topology_known.is_set() else "the broker did not answer",
+            )
+            self.topology_seen.set()
 
     async def send(self, topic: str, message: Keyed) -> None:
         """Straight to the producer: the values are bytes already, and at one rates message per
