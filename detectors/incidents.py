@@ -28,7 +28,7 @@ from fabricwatch.detectors.incident_state import (
     outlier_features,
 )
 from fabricwatch.detectors.jobs import JobAttribution
-from fabricwatch.detectors.outliers.detector import LINK_ERRORS, RETRANSMISSIONS
+from fabricwatch.detectors.outliers.detector import RETRANSMISSIONS
 from fabricwatch.detectors.registry import REGISTRY, Registry
 from fabricwatch.detectors.roots import Roots
 from fabricwatch.schemas.messages import Anomaly, PhaseMessage, RootCause, Symptom
@@ -221,13 +221,17 @@ class Correlator:
 
     def _fold_retransmission_echoes(self, groups: dict[str, Group]) -> None:
         """A lossy link makes its peers retransmit: NICs whose only oddity is retransmissions
-        (out-of-sequence, NAKs, ack timeouts) while a job they share runs on a host with link errors
-        are that link's echo, part of its incident rather than incidents of their own."""
-        lossy = {
-            self.fabric.host_of(g.root.device): fp
-            for fp, g in groups.items()
-            if g.kind == "outlier" and outlier_features(g) & LINK_ERRORS
-        }
+        (out-of-sequence, NAKs, ack timeouts) while a job they share runs on a host at one end of
+        a link that loses frames (a kind's ``loses_frames``: a link corruption incident, a learned
+        outlier with link errors) are that link's echo, part of its incident rather than
+        incidents of their own."""
+        kinds = self.registry.incidents
+        lossy: dict[str, str] = {}
+        for fp, g in groups.items():
+            test = kinds[g.kind].loses_frames
+            if test is not None and test(g):
+                ends = {g.root.device} | {m.device for m in g.members if self.fabric.is_nic(m.device)}
+                lossy.update((self.fabric.host_of(d), fp) for d in sorted(ends))
         self._echoes = {e: t for e, t in self._echoes.items() if t in self._incidents or t in lossy.values()}
         for fp, group in list(groups.items()):
             if group.kind != "outlier" or fp in lossy.values():
@@ -237,10 +241,9 @@ class Correlator:
                 continue
             # Sticky, like storm membership: the echo may outlast the errors that caused it.
             self._echoes[fp] = target
-            into = groups.setdefault(
-                target,
-                Group("outlier", self._incidents[target].root if target in self._incidents else group.root),
-            )
+            into = groups.get(target)
+            if into is None:
+                into = groups[target] = Group(self._incidents[target].kind, self._incidents[target].root)
             into.members.extend(group.members)
             into.interval_ns = max(into.interval_ns, group.interval_ns)
             del groups[fp]

@@ -1,9 +1,8 @@
 """Every detector, declared once in its own module (``spec.py`` says what a declaration holds):
-adding a detector is its module and one line in ``DETECTORS``. Two pieces of stage 2 are still
-the correlator's own code rather than declarations, both older than the registry: a PFC storm's
-sticky pause-tree membership (``Correlator.storm_membership``) and the folding of retransmitting
-NICs into the lossy link's outlier incident (``_fold_retransmission_echoes``); a stage-2 join of
-a new detector (the loss and link health issue's) is the place to make them declarations.
+adding a detector is its module and one line in ``DETECTORS``. One piece of stage 2 is still the
+correlator's own code rather than a declaration, older than the registry: a PFC storm's sticky
+pause-tree membership (``Correlator.storm_membership``). Retransmitting NICs fold into the incident
+of a kind that declares it ``loses_frames`` (``_fold_retransmission_echoes``).
 
 ``Registry`` checks the declarations as a whole when it is made (a symptom that joins an incident
 kind nobody declares, two kinds of one name, a device detector without its devices): a
@@ -17,7 +16,7 @@ from contextlib import contextmanager
 
 import msgspec
 
-from fabricwatch.detectors import ecmp, incast, nic_congestion, pfc_storm, silence
+from fabricwatch.detectors import ecmp, incast, link_errors, nic_congestion, pfc_storm, silence
 from fabricwatch.detectors.outliers import detector as outliers
 from fabricwatch.detectors.spec import Detector, IncidentKind, SymptomKind
 from fabricwatch.schemas import vocabulary
@@ -29,6 +28,7 @@ DETECTORS: tuple[Detector, ...] = (
     ecmp.DETECTOR,
     pfc_storm.NIC_PAUSE_STORM,
     nic_congestion.DETECTOR,
+    link_errors.DETECTOR,
     outliers.DETECTOR,
     silence.DETECTOR,
 )

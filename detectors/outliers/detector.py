@@ -60,6 +60,7 @@ OUTLIER = IncidentKind(
     needs_model=True,
     ripe=_ripe,
     explains_devices=False,
+    loses_frames=lambda group: bool(outlier_features(group) & LINK_ERRORS),
 )
 DETECTOR = Detector(
     name="outliers",

@@ -239,17 +239,32 @@ def _add_idle(c: _Context, f: sc_mod.Idle, i: int, job: str, end: float) -> Labe
 
 
 def _add_lossy(c: _Context, f: sc_mod.LossyLink, i: int, job: str, end: float) -> Label:
-    sc, fabric, plan = c.sc, c.fabric, c.plan
-    if f.device in fabric.switches:
-        port = fabric.switch_port_id(f.device, f.port)
-        root = RootCause(f.device, f.port)
-    else:
-        port = fabric.nic_index(f.device)
-        root = RootCause(fabric.nics[port], NIC_PORT)
-    links = (int(fabric.port_out[port]), int(fabric.port_in[port]))
-    plan.conditions.append(Condition("loss", f.start, end, links=links, amount=f.loss_rate))
+    port, root = _link_end(c.fabric, f.device, f.port)
+    inward, outward = int(c.fabric.port_in[port]), int(c.fabric.port_out[port])
+    links = (inward,) if f.one_way else (outward, inward)
+    c.plan.conditions.append(Condition("loss", f.start, end, links=links, amount=f.loss_rate))
+    if f.one_way:
+        far = RootCause(*c.fabric.port_label(int(c.fabric.link_tx[inward])))
+        note = f"lossy_link: {f.loss_rate:g} of what {root.device} receives is damaged (far end's optic)"
+        return _label(c.sc, "link_corruption", f.start, end, far, [], note)
     note = f"lossy_link: {f.loss_rate:g} of packets lost in both directions"
-    return _label(sc, "outlier", f.start, end, root, [], note)
+    return _label(c.sc, "link_corruption", f.start, end, root, [], note)
+
+
+def _add_burst_of_errors(c: _Context, f: sc_mod.ErrorBurst, i: int, job: str, end: float) -> Label:
+    port, root = _link_end(c.fabric, f.device, f.port)
+    links = (int(c.fabric.port_in[port]),)
+    c.plan.conditions.append(Condition("loss", f.start, end, links=links, amount=f.loss_rate))
+    note = f"error_burst: {f.loss_rate:g} of packets damaged for {f.duration:g} s, once"
+    return _label(c.sc, "benign", f.start, end, root, [], note)
+
+
+def _link_end(fabric: Fabric, device: str, port: str) -> tuple[int, RootCause]:
+    """A fault's link end: its port index in the fabric and its root."""
+    if device in fabric.switches:
+        return fabric.switch_port_id(device, port), RootCause(device, port)
+    index = fabric.nic_index(device)
+    return index, RootCause(fabric.nics[index], NIC_PORT)
 
 
 def _add_slowdown(c: _Context, f: sc_mod.NicSlowdown, i: int, job: str, end: float) -> Label:
@@ -280,6 +295,7 @@ _ADDERS = {
     sc_mod.BalancedAllReduce: _add_balanced,
     sc_mod.Idle: _add_idle,
     sc_mod.LossyLink: _add_lossy,
+    sc_mod.ErrorBurst: _add_burst_of_errors,
     sc_mod.NicSlowdown: _add_slowdown,
     sc_mod.DeviceSilent: _add_silent,
 }

@@ -178,6 +178,18 @@ class LossyLink(_Fault, tag="lossy_link"):
     device: str
     port: str = ""
     loss_rate: float = 1e-4
+    one_way: bool = False
+    """Only frames ``device`` receives are damaged: the far end's transmitter or optic fails, and
+    the label's root is that far end. Both directions otherwise (a bad cable)."""
+
+
+class ErrorBurst(_Fault, tag="error_burst"):
+    """One burst of damaged frames received at ``device`` (a reseated cable, a one-off flap), over
+    in ``duration`` (under a poll): a look-alike of a failing link that must stay quiet."""
+
+    device: str
+    port: str = ""
+    loss_rate: float = 1e-3
 
 
 class NicSlowdown(_Fault, tag="nic_slowdown"):
@@ -201,6 +213,7 @@ Fault = (
     | AbsorbedBurst
     | Idle
     | LossyLink
+    | ErrorBurst
     | NicSlowdown
     | DeviceSilent
 )

@@ -66,27 +66,34 @@ def firing(result: ReplayResult) -> dict[tuple[str, str], dict]:
     return {(a.root.device, a.root.port): a for a in result.anomalies if a.status == "firing"}
 
 
-def test_lossy_link_and_slowed_nic_are_named_where_the_rules_are_silent(traces, model):
+def test_the_rules_name_the_lossy_link_and_the_model_the_slowed_nic(traces, model):
+    """The lossy link is a rule's since link corruption has one (issue 34): the model's outlier on
+    its NIC and the retransmitting peers join that incident. The slowed NIC is the model's alone."""
     plain = replay_trace(traces["outliers"], Pipeline())
-    assert plain.anomalies == []  # the rules have nothing to say about either fault
+    assert {(a.kind, a.root.device) for a in plain.anomalies if a.status == "firing"} == {
+        ("link_corruption", "h009/mlx5_0")
+    }
 
     result = replay(traces["outliers"], model)
     score = result.evaluation()
-    assert score.kinds["outlier"].recall == 1.0 and score.false_alerts == 0
-    assert score.kinds["outlier"].localisation == 1.0
-    assert score.kinds["outlier"].precision == 1.0  # the peers that retransmit are the link's echo
+    assert score.false_alerts == 0
+    for kind in ("outlier", "link_corruption"):
+        assert score.kinds[kind].recall == score.kinds[kind].localisation == 1.0, kind
+        assert score.kinds[kind].precision == 1.0, kind  # the peers that retransmit are the link's echo
     assert max(score.kinds["outlier"].delays_s) <= 3 * 1.0 + 0.5  # persistence: 3 polls of 1 s
 
     alerts = firing(result)
-    assert {a.kind for a in alerts.values()} == {"outlier"}
     lossy = alerts[("h009/mlx5_0", "1")]  # the label's root: found at the right device
-    assert "rx_errors/rx_packets 100 ppm" in lossy.evidence["features"]
-    assert lossy.evidence["retransmitting_peers"] == "h001, h017"
+    assert lossy.kind == "link_corruption" and lossy.evidence["ends"] == "both"
+    *_, last = (a for a in result.anomalies if a.fingerprint == lossy.fingerprint and a.status == "updated")
+    assert last.evidence["retransmitting_peers"] == "h001, h017"  # joined as they start retransmitting
+    assert "its peers retransmit (h001, h017)" in last.summary
     # The slowed NIC's own counters (ECN 4% of what it receives at half its rate) look like the
     # baseline's congestion victims; the leaf port in front of it queues on a half-idle line,
     # which no healthy port does. Stage 2 roots a host link's outlier at the NIC behind it.
     slowed = alerts[("h010/mlx5_0", "1")]
-    assert slowed.evidence["features"].startswith("queue_delay*idle_tx")
+    assert slowed.kind == "outlier" and slowed.evidence["features"].startswith("queue_delay*idle_tx")
+    assert set(alerts) == {("h009/mlx5_0", "1"), ("h010/mlx5_0", "1")}
     assert {lb.root.device for lb in result.pipeline.labels} == {"h009/mlx5_0", "h010/mlx5_0"}
     assert all(i.end_ns < result.last_ns for i in incidents_of(result.anomalies))  # and they resolve
 
