@@ -13,6 +13,7 @@ from helpers.streaming import (
     SESSION_TIMEOUT_S,
     TANSU_GROUP,
     Collector,
+    Reference,
     demo_on_workers,
     firing,
     in_process,
@@ -23,6 +24,7 @@ from helpers.streaming import (
 from helpers.waiting import wait_for
 from kafka import KafkaProducer
 
+from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.local.workers import WorkerProcess
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import decode
@@ -61,6 +63,46 @@ def test_two_workers_find_what_the_in_process_replay_finds(broker, workers, tmp_
     assert stages == {"stage1", "stage2"}  # how old each stage's input was, for an operator
     snapshots = sum(w.metric("processed_total", 'what="snapshots"') for w in workers)
     assert snapshots >= published.records - 100  # every counters record, less phases and topology
+
+
+LOSSY = """\
+name: lossy_links
+seed: 34
+duration: 90
+poll_interval: 1.0
+fabric: {leaves: 2, spines: 4, hosts_per_leaf: 8}
+collector: {noise: 0.03, jitter_ms: 10}
+jobs:
+  - name: dp
+    hosts: 16
+    schedule:
+      - {op: AllReduce, begin: 0, end: 90, load: 0.35}
+faults:
+  - {kind: lossy_link, device: h003, loss_rate: 0.0001, start: 10.3, duration: 30}
+  - {kind: lossy_link, device: spine01, port: Ethernet0, loss_rate: 0.00001, one_way: true,
+     start: 45.6, duration: 30}
+  - {kind: error_burst, device: h012, loss_rate: 0.001, start: 20.2, duration: 0.5}
+"""
+
+
+def test_two_workers_find_the_lossy_links_the_in_process_replay_finds(broker, workers, tmp_path):
+    """Issue 34: a link's two ends are read by whichever workers own their devices, and stage 2
+    joins them into one incident at the same part as in process; the burst stays quiet."""
+    scenario = tmp_path / "lossy.yaml"
+    scenario.write_text(LOSSY)
+    path = tmp_path / "lossy.trace.gz"
+    simulate(load_scenario(scenario), path)
+    expected = Reference(path)
+    assert {(k, d) for k, d in expected.firing} == {
+        ("link_corruption", "h003/mlx5_0"),
+        ("link_corruption", "leaf00"),
+    }
+    for w in workers:
+        w.wait_ready()
+    out = Collector(broker, topics.ANOMALIES)
+    publish_trace(path, broker, speed=0)
+    assert wait_for(lambda: expected.all_seen(out), 90)
+    expected.assert_found(out.stop())
 
 
 def test_an_upgraded_worker_starts_where_the_faust_group_of_earlier_builds_left_counters(broker, tmp_path):
