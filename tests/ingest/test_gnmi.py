@@ -63,8 +63,9 @@ def test_gnmic_event_sample_of_an_sr_linux_interface():
     assert cell(snap, "mgmt0", "tx_bytes") == 219527024
     assert cell(snap, "mgmt0", "rx_discards") == 6377
     assert cell(snap, "mgmt0", "rx_errors") == 128
-    assert assembler.stats.unknown_paths == 9  # totals, broadcast, multicast, mirror, carrier: not ours
-    assert len(said) == 9  # each said once
+    assert cell(snap, "mgmt0", "carrier_changes") == 1  # the link health detectors read it (issue 34)
+    assert assembler.stats.unknown_paths == 8  # totals, broadcast, multicast, mirror: not ours
+    assert len(said) == 8  # each said once
 
 
 def test_junos_out_pkts_through_gnmic_is_the_port_s_packets():
@@ -75,12 +76,31 @@ def test_junos_out_pkts_through_gnmic_is_the_port_s_packets():
     assert cell(snap, "em0", "tx_packets") == 7114902
 
 
+def test_gnmic_json_of_an_arista_interface_carries_its_carrier_transitions():
+    """cEOSLab's Management1 streamed ON_CHANGE by gnmic (source in ``fixtures/SOURCES.md``): four
+    JSON messages as printed, one after another. ``carrier-transitions`` is the flap counter the
+    link state detector reads; ``in-fcs-errors`` the link corruption detector's. ON_CHANGE stamps
+    each leaf with its last change (the carrier's is 23 minutes older than the rest), which a
+    stream of samples calls late, so each message is assembled on its own here."""
+    text = (FIXTURES / "gnmic_ceoslab_arlab_fcs_carrier.txt").read_text()
+    decoder, messages, at = json.JSONDecoder(), [], 0
+    while at < len(text.rstrip()):
+        msg, at = decoder.raw_decode(text, at)
+        messages.append(msg)
+        at = len(text) - len(text[at:].lstrip())
+    assert len(messages) == 4
+    snaps = [snap for msg in messages for snap in assembled("gnmic", [msg])[0]]
+    read = {c.name: cell(s, "Management1", c.name) for s in snaps for c in s.counters}
+    assert read["carrier_changes"] == 3 and read["rx_crc_errors"] == 0
+
+
 def test_telegraf_json_of_a_juniper_router_maps_leaves_under_the_subscription_path():
     lines = (FIXTURES / "telegraf_gnmi_ifcounters_juniper_issue11778.txt").read_text().splitlines()
     snaps, _ = assembled("telegraf", [telegraf_json(line) for line in lines])
     (snap,) = snaps
     assert snap.device == "1.1.1.10" and snap.ts_ns == 1662597699 * 10**9
-    assert snap.ports == ["et-0/1/0", "xe-0/1/10:0", "xe-0/1/11:0"]  # 10:3 has no counter of ours
+    assert snap.ports == ["et-0/1/0", "xe-0/1/10:0", "xe-0/1/10:3", "xe-0/1/11:0"]
+    assert cell(snap, "xe-0/1/10:3", "carrier_changes") == 5  # its only counter of ours: 5 transitions
     assert cell(snap, "et-0/1/0", "rx_bytes") == 1078808561883764
     assert cell(snap, "et-0/1/0", "tx_packets") == 8787288387003
     assert cell(snap, "xe-0/1/11:0", "tx_bytes") == 66215
