@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import msgspec
 
-from fabricwatch.detectors import ecmp, incast, link_errors, nic_congestion, pfc_storm, silence
+from fabricwatch.detectors import ecmp, incast, link_errors, link_state, nic_congestion, pfc_storm, silence
 from fabricwatch.detectors.outliers import detector as outliers
 from fabricwatch.detectors.spec import Detector, IncidentKind, SymptomKind
 from fabricwatch.schemas import vocabulary
@@ -29,6 +29,7 @@ DETECTORS: tuple[Detector, ...] = (
     pfc_storm.NIC_PAUSE_STORM,
     nic_congestion.DETECTOR,
     link_errors.DETECTOR,
+    link_state.DETECTOR,
     outliers.DETECTOR,
     silence.DETECTOR,
 )

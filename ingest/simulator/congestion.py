@@ -67,6 +67,7 @@ def solve(fabric: Fabric, flows: Flows, active: list[tuple[Condition, int]]) -> 
     loss = np.zeros(n_links + 1)
     demand = flows.demand.copy()
     paused = np.zeros(n_links + 1, dtype=bool)
+    down = np.zeros(n_links + 1, dtype=bool)
     unpaused_roots: list[int] = []  # stalled switch egresses: blocked, but nobody pauses them
     # -1 pads the paths; point it at an extra, idle link so gathers need no masks.
     paths = np.where(flows.paths < 0, n_links, flows.paths)
@@ -75,6 +76,8 @@ def solve(fabric: Fabric, flows: Flows, active: list[tuple[Condition, int]]) -> 
             cap[[fabric.nic_up[cond.nic], fabric.nic_down[cond.nic]]] *= cond.amount
         elif cond.kind == "loss":
             loss[list(cond.links)] = cond.amount
+        elif cond.kind == "down":
+            down[list(cond.links)] = True
         elif cond.kind == "stall":
             demand[flows.src == cond.nic] = 0.0
             paused[_pause_tree(paths, demand, int(fabric.nic_down[cond.nic]), stage)] = True
@@ -83,7 +86,7 @@ def solve(fabric: Fabric, flows: Flows, active: list[tuple[Condition, int]]) -> 
             paused[_pause_tree(paths, demand, cond.links[0], stage + 1)] = True
             unpaused_roots.append(cond.links[0])
 
-    blocked = paused[paths].any(axis=1)
+    blocked = paused[paths].any(axis=1) | down[paths].any(axis=1)
     live = np.where(blocked, 0.0, demand)
     offered = _per_link(paths, live, n_links)
     rho = offered / cap

@@ -25,8 +25,10 @@ QUEUE = 3  # the lossless queue all RoCE traffic uses
 
 _PFC = ("rx_pfc_frames", "tx_pfc_frames", "rx_pfc_duration_us", "tx_pfc_duration_us")
 _NIC_32BIT = ("out_of_buffer", "out_of_sequence", "packet_seq_err", "local_ack_timeout_err")
+_LINK = ("carrier_changes", "link_downed", "oper_down")
 NIC_COUNTERS = (
     ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets", "rx_discards", "rx_errors", "symbol_errors"),
+    _LINK,
     _PFC,
     ("rx_ecn_marked_packets", "cnp_sent", "cnp_received", *_NIC_32BIT),
     ("pause_storm_warning_events", "pause_storm_error_events"),
@@ -42,6 +44,7 @@ SWITCH_COUNTERS = (
         "rx_errors",
         "symbol_errors",
     ),
+    _LINK,
     _PFC,
     ("queue_tx_bytes", "queue_tx_packets", "queue_drops", "queue_ecn_marked_packets"),
     ("queue_occupancy_bytes", "queue_watermark_bytes"),

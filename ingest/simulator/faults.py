@@ -64,10 +64,11 @@ class Condition:
 
 @dataclass(frozen=True)
 class Impulse:
-    """A one-off counter increment (a firmware event), at ``t`` seconds on NIC ``nic``."""
+    """A one-off counter increment (a firmware event, a carrier change), at ``t`` seconds on the
+    port ``port`` (a global port id: a NIC's is its index)."""
 
     t: float
-    nic: int
+    port: int
     counter: str
     amount: int = 1
 
@@ -282,6 +283,32 @@ def _add_silent(c: _Context, f: sc_mod.DeviceSilent, i: int, job: str, end: floa
     return _label(c.sc, "device_silent", f.start, end, RootCause(f.device), [], "device_silent: not read")
 
 
+def _add_link_down(c: _Context, f: sc_mod.LinkDown, i: int, job: str, end: float) -> Label:
+    """The link goes down ``flaps`` times, ``up_s`` apart, the spells sharing the fault's time;
+    each carrier change counted at both ends (down: ``link_downed`` too), traffic across it
+    stopped while down (a host's flows stall; the simulator does not re-hash ECMP)."""
+    port, _ = _link_end(c.fabric, f.device, f.port)
+    inward, outward = int(c.fabric.port_in[port]), int(c.fabric.port_out[port])
+    far = int(c.fabric.link_tx[inward])
+    spell = (end - f.start - (f.flaps - 1) * f.up_s) / f.flaps
+    if spell <= 0:
+        raise ValueError(f"link_down: {f.flaps} flaps {f.up_s} s apart do not fit in {f.duration} s")
+    for k in range(f.flaps):
+        down = f.start + k * (spell + f.up_s)
+        c.plan.conditions.append(Condition("down", down, down + spell, links=(outward, inward)))
+        for end_port in (port, far):
+            c.plan.impulses.append(Impulse(down, end_port, "carrier_changes"))
+            c.plan.impulses.append(Impulse(down, end_port, "link_downed"))
+            if down + spell < c.sc.duration:
+                c.plan.impulses.append(Impulse(down + spell, end_port, "carrier_changes"))
+    ends = [RootCause(*c.fabric.port_label(p)) for p in (port, far)]
+    root = sorted(ends, key=lambda r: (r.device not in c.fabric.nics, r.device, r.port))[0]
+    what = "down" if f.flaps == 1 else f"flapping ({f.flaps} times down, {spell:g} s each)"
+    return _label(
+        c.sc, "link_down", f.start, end, root, [], f"link_down: {ends[0].device} {ends[0].port} {what}"
+    )
+
+
 def _next_host(fabric: Fabric, host: str) -> int:
     return (fabric.hosts.index(host) + 1) % len(fabric.hosts)
 
@@ -298,4 +325,5 @@ _ADDERS = {
     sc_mod.ErrorBurst: _add_burst_of_errors,
     sc_mod.NicSlowdown: _add_slowdown,
     sc_mod.DeviceSilent: _add_silent,
+    sc_mod.LinkDown: _add_link_down,
 }

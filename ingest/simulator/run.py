@@ -171,7 +171,7 @@ class _Simulation:
         for dev, t in zip(np.repeat(np.arange(len(self.devices)), counts), times, strict=True):
             events[round(t * NS)].append(("reset", int(dev), "", 0))
         for imp in self.plan.impulses:
-            events[round(imp.t * NS)].append(("bump", imp.nic, imp.counter, imp.amount))
+            events[round(imp.t * NS)].append(("bump", imp.port, imp.counter, imp.amount))
         return events
 
     def _edges(self) -> np.ndarray:
@@ -201,7 +201,9 @@ class _Simulation:
     def _apply(self, event: tuple[str, int, str, int]) -> None:
         what, index, counter, amount = event
         if what == "bump":
-            self.nic_bank.bump(index, counter, amount)
+            n_nics = self.fabric.n_nics
+            bank, row = (self.nic_bank, index) if index < n_nics else (self.sw_bank, index - n_nics)
+            bank.bump(row, counter, amount)
             return
         device = self.devices[index]
         (self.nic_bank if device.kind == "nic" else self.sw_bank).reset(device.rows)
@@ -260,6 +262,7 @@ class _Simulation:
         sw_values[:, self.sw_bank.occupancy] = np.round(occupancy).astype(np.uint64)
         sw_values[:, self.sw_bank.watermark] = np.round(peak).astype(np.uint64)
         self.peak = np.where(read_sw, occupancy, peak)  # read-and-clear, on the devices actually read
+        self._link_states(t, nic_values, sw_values)
         rows = nic_values.tolist() + sw_values.tolist()
         read_ns = self.sc.start_ns + t_ns - jitter_ns
         for d in np.argsort(read_ns, kind="stable").tolist():
@@ -293,6 +296,22 @@ class _Simulation:
             self.snapshots += len(copies)
             self.values += len(copies) * len(dev.ports) * len(specs)
         self._phases_until(writer, self.sc.start_ns + t_ns)
+
+    def _link_states(self, t: float, nic_values: np.ndarray, sw_values: np.ndarray) -> None:
+        """``oper_down`` of every port whose link a ``down`` condition holds at ``t`` seconds."""
+        down = [
+            link
+            for c in self.plan.conditions
+            if c.kind == "down" and c.stage_at(t) is not None
+            for link in c.links
+        ]
+        if not down:
+            return
+        f = self.fabric
+        nic = np.isin(f.nic_up, down) | np.isin(f.nic_down, down)
+        sw = np.isin(f.port_out[f.n_nics :], down) | np.isin(f.port_in[f.n_nics :], down)
+        nic_values[nic, NIC_TABLE.col("oper_down")] = 1
+        sw_values[sw, SWITCH_TABLE.col("oper_down")] = 1
 
     def _phases_until(self, writer: TraceWriter, t_ns: int) -> None:
         """Deliver phases that began by ``t_ns``, interleaved with snapshots so record times never go back."""

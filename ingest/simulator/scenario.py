@@ -179,17 +179,25 @@ class LossyLink(_Fault, tag="lossy_link"):
     port: str = ""
     loss_rate: float = 1e-4
     one_way: bool = False
-    """Only frames ``device`` receives are damaged: the far end's transmitter or optic fails, and
-    the label's root is that far end. Both directions otherwise (a bad cable)."""
+    """Only what ``device`` receives is damaged (the far end's optic fails: the label's root)."""
 
 
 class ErrorBurst(_Fault, tag="error_burst"):
-    """One burst of damaged frames received at ``device`` (a reseated cable, a one-off flap), over
-    in ``duration`` (under a poll): a look-alike of a failing link that must stay quiet."""
+    """A burst of damaged frames at ``device``, over within a poll: a look-alike of a failing link."""
 
     device: str
     port: str = ""
     loss_rate: float = 1e-3
+
+
+class LinkDown(_Fault, tag="link_down"):
+    """The link of ``device`` (``port`` on a switch) goes down: for the whole fault (a dead link),
+    or ``flaps`` times with ``up_s`` of link up between the spells (a flapping link)."""
+
+    device: str
+    port: str = ""
+    flaps: int = 1
+    up_s: float = 2.0
 
 
 class NicSlowdown(_Fault, tag="nic_slowdown"):
@@ -214,6 +222,7 @@ Fault = (
     | Idle
     | LossyLink
     | ErrorBurst
+    | LinkDown
     | NicSlowdown
     | DeviceSilent
 )

@@ -138,6 +138,7 @@ def test_a_detector_that_reads_every_poll_stops_its_device_kind_being_skipped():
         {"rx_pfc_frames", "rx_pfc_duration_us", "tx_pfc_duration_us", "pause_storm_warning_events"}
         | {"rx_ecn_marked_packets", "cnp_sent", "cnp_received"}
         | {"rx_crc_errors", "rx_errors", "fec_uncorrectable_blocks"}
+        | {"oper_down", "link_downed", "carrier_changes"}
     )
     assert REGISTRY.calm_signals("switch") is None  # incast and ECMP read every switch poll
 
@@ -180,7 +181,14 @@ def test_every_shipped_kind_says_what_a_user_sees():
     for kind in REGISTRY.incidents.values():
         assert kind.title and kind.hint and kind.describe
         assert is_color_like(kind.colour), kind.name
-    assert rule_kinds() == {"pfc_storm", "incast", "ecmp_collapse", "device_silent", "link_corruption"}
+    assert rule_kinds() == {
+        "pfc_storm",
+        "incast",
+        "ecmp_collapse",
+        "device_silent",
+        "link_corruption",
+        "link_down",
+    }
     assert REGISTRY.kinds(needs_model=True) == {"outlier"}
 
 

@@ -1,0 +1,209 @@
+"""Links that go down: dead (down and staying down) or flapping (down, up, down again). A flapping
+link is one incident with its flap count, not one per flap; a dead link is an incident until it is
+back. Both ends of the link join one incident (``link_errors.link_root``).
+
+Stage 1 reads, per port, the ``oper_down`` gauge (the port's state when read) and the counters of
+transitions: ``link_downed`` (downs) or else ``carrier_changes`` (downs and ups, two a flap). A
+flap shorter than a poll shows only in the counters; a link down since before the first poll only
+in the gauge. A port taken down on purpose (``admin_down``) is not a fault and says nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from fabricwatch.detectors.evidence import evidence
+from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
+from fabricwatch.detectors.link_errors import link_root
+from fabricwatch.detectors.persistence import LACK_OF_DATA_S
+from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, SymptomKind
+from fabricwatch.schemas.config import Positive
+from fabricwatch.schemas.messages import Symptom
+
+SIGNALS = frozenset({"oper_down", "link_downed", "carrier_changes"})
+
+
+class LinkStateConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    stable_after_s: Positive = 30.0
+    """A link up, without a transition, this long (and 2 polls) has stopped flapping: its incident
+    clears. Shorter, and a link that went down again is the same flapping link."""
+    lack_of_data_s: Positive = LACK_OF_DATA_S
+
+
+@dataclass
+class _Ports:
+    active: np.ndarray
+    since_ns: np.ndarray
+    flaps: np.ndarray
+    """Downs counted since the incident began (a transition counter's increments, or a gauge seen
+    going down between two polls that showed it up)."""
+    stable_s: np.ndarray
+    """Seconds of known polls up and without a transition."""
+    was_down: np.ndarray
+    known_ns: np.ndarray
+
+    @classmethod
+    def empty(cls, n: int) -> _Ports:
+        return cls(
+            np.zeros(n, bool),
+            np.zeros(n, np.int64),
+            np.zeros(n),
+            np.zeros(n),
+            np.zeros(n, bool),
+            np.zeros(n, np.int64),
+        )
+
+
+class LinkState:
+    """Per device, per port: down, flapping or stable. Free on a poll where every port is up and no
+    transition was counted while nothing is open."""
+
+    def __init__(self, config: LinkStateConfig) -> None:
+        self.config = config
+        self._devices: dict[str, _Ports] = {}
+
+    def open(self, device: str) -> bool:
+        state = self._devices.get(device)
+        return state is not None and bool(state.active.any() or state.was_down.any())
+
+    def update(self, poll: Poll) -> list[Symptom]:
+        frame = poll.frame
+        down, downs, known = _read(frame)
+        if down is None:
+            return []
+        state = self._devices.get(frame.device)
+        event = down | (downs > 0)
+        if state is None and not event.any():
+            return []
+        n = len(frame.ports)
+        if state is None or state.active.size != n:
+            state = self._devices[frame.device] = _Ports.empty(n)
+        cfg, ts = self.config, frame.ts_ns
+        # A gauge seen going down between two polls is a down the counters may not have (no counter).
+        went_down = down & ~state.was_down & (downs == 0)
+        counted = np.where(went_down, 1.0, downs)
+        started = event & ~state.active
+        state.since_ns[started] = ts - int(frame.dt_s * 1e9)
+        state.flaps = np.where(started, 0.0, state.flaps) + np.where(event, counted, 0.0)
+        state.active |= started
+        state.stable_s = np.where(event, 0.0, np.where(known, state.stable_s + frame.dt_s, state.stable_s))
+        state.was_down = np.where(known, down, state.was_down)
+        state.known_ns = np.where(known, ts, state.known_ns)
+        stable = max(cfg.stable_after_s, 2 * frame.dt_s)
+        cleared = state.active & known & ~down & (state.stable_s >= stable)
+        ended = state.active & (ts - state.known_ns > cfg.lack_of_data_s * 1e9)
+        state.active &= ~(cleared | ended)
+
+        def symptom(p: int, active: bool, why: str = "") -> Symptom:
+            is_down = bool(state.was_down[p])
+            found = evidence(
+                1,
+                state="down" if is_down else "up",
+                flaps=int(state.flaps[p]),
+                up_for_s=float(state.stable_s[p]) if not is_down else float("nan"),
+            )
+            if why:
+                found["ended"] = why
+            return Symptom(
+                kind="link_down",
+                device=frame.device,
+                port=frame.ports[p],
+                ts_ns=ts,
+                start_ns=int(state.since_ns[p]),
+                active=active,
+                evidence=found,
+            )
+
+        out = [symptom(p, True) for p in np.flatnonzero(state.active).tolist()]
+        out += [symptom(p, False) for p in np.flatnonzero(cleared).tolist()]
+        blind = f"no poll could read its state for over {cfg.lack_of_data_s:.0f} s"
+        out += [symptom(p, False, blind) for p in np.flatnonzero(ended).tolist()]
+        return out
+
+
+def _read(frame: Any) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """Per port: down now (gauge), downs counted this poll, and whether either was known. None when
+    the device reports neither. Ports taken down on purpose read as up and quiet."""
+    gauge = frame.port("oper_down")
+    downed = frame.port("link_downed")
+    changes = frame.port("carrier_changes")
+    if gauge is None and downed is None and changes is None:
+        return None, np.zeros(0), np.zeros(0, bool)
+    n = len(frame.ports)
+    nan = np.full(n, np.nan)
+    gauge = nan if gauge is None else gauge
+    # Downs per poll: link_downed counts them; carrier_changes counts a down and an up, so a flap
+    # that ended within the poll is two, one still down is one (rounded up).
+    if downed is not None:
+        downs = np.round(downed * frame.dt_s)
+    elif changes is not None:
+        downs = np.ceil(np.round(changes * frame.dt_s) / 2)
+    else:
+        downs = nan
+    admin = frame.port("admin_down")
+    on_purpose = np.zeros(n, bool) if admin is None else admin > 0.5
+    known = (np.isfinite(gauge) | np.isfinite(downs)) & ~on_purpose
+    down = known & (gauge > 0.5)
+    downs = np.where(known & np.isfinite(downs), downs, 0.0)
+    return down, downs, known
+
+
+def describe(
+    d: Describer, incident: Incident, group: Group, latest: Symptom, active: set[SymptomKey]
+) -> None:
+    own = [s for s in group.members if s.kind == "link_down"]
+    ends = sorted({(s.device, s.port) for s in own})
+    flaps = max((int(s.evidence.get("flaps", 0)) for s in own), default=0)
+    incident.evidence["flaps"] = max(flaps, int(incident.evidence.get("flaps", 0)))
+    down = any(s.evidence.get("state") == "down" for s in own)
+    incident.evidence["state"] = "down" if down else "up"
+    incident.severity = "critical"  # a host cut off, or a fabric link's traffic on fewer members
+    devices = {dev for dev, _ in ends} | {incident.root.device}
+    incident.devices |= devices
+    hosts = {d.fabric.host_of(dev) for dev in devices if d.fabric.is_nic(dev)}
+    incident.hosts |= hosts
+    d.jobs.attach(incident, hosts, incident.start_ns)
+    far = d.fabric.peer(incident.root.device, incident.root.port)
+    link = f"{incident.root.device} {incident.root.port}" + (f" <-> {far[0]} {far[1]}" if far else "")
+    n = incident.evidence["flaps"]
+    if down:
+        what = "is down" if n <= 1 else f"is down again ({n} times since it began)"
+    else:
+        what = f"flaps: down {n} times" if n > 1 else "went down and came back"
+    job = f"; job {', '.join(incident.jobs)}" if incident.jobs else ""
+    incident.summary = f"link {link} {what}{job}"
+    incident.hint = (
+        f"Check the optic and cable of {link}: reseat or replace the optic of a link that flaps; "
+        "for one that stays down, check the far end is powered and its port enabled."
+    )
+
+
+def _delay_bound_s(poll_s: float, config: Any, severity: str) -> float:
+    """Seen in the first poll after it went down."""
+    return poll_s
+
+
+DOWN = IncidentKind(
+    name="link_down",
+    title="Link down or flapping",
+    colour="tab:red",
+    hint="Check the optic and the cable of the link; then the far end's port.",
+    describe=describe,
+    carried=("flaps",),
+    delay_bound_s=_delay_bound_s,
+    delay="1 poll",
+)
+
+DETECTOR = Detector(
+    name="link_state",
+    symptoms=(SymptomKind("link_down", "link_down", link_root),),
+    incidents=(DOWN,),
+    device_kinds=frozenset({"nic", "switch"}),
+    make=lambda config: LinkState(config.link_state),
+    signals=SIGNALS,
+    config=("link_state", LinkStateConfig),
+)

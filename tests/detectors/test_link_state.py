@@ -1,0 +1,114 @@
+"""Links that go down (issue 34, 3): a dead link is one incident until it is back, a flapping link
+one incident with its flap count, a flap between two polls is still seen; resets, wraps and
+ports taken down on purpose stay quiet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from fabricwatch.detectors.config import DetectorConfig
+from fabricwatch.detectors.fabric import FabricMap
+from fabricwatch.detectors.link_state import LinkState, LinkStateConfig
+from fabricwatch.detectors.pipeline import Pipeline
+from fabricwatch.detectors.rates import Layout, RateFrame
+from fabricwatch.detectors.spec import Poll
+from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.replay import replay_trace
+from fabricwatch.schemas.messages import Anomaly, CounterSpec
+
+NIC3, NIC10 = "h003/mlx5_0", "h010/mlx5_0"
+NS = 1_000_000_000
+T0 = 1_767_225_600 * NS
+
+SCENARIO = """\
+name: link_state
+seed: 5
+duration: 150
+poll_interval: 1.0
+fabric: {{leaves: 2, spines: 4, hosts_per_leaf: 8}}
+collector: {{noise: 0.03, jitter_ms: 10{collector}}}
+jobs:
+  - name: dp
+    hosts: 16
+    schedule:
+      - {{op: AllReduce, begin: 0, end: 150, load: 0.35}}
+faults:
+{faults}
+"""
+
+
+def replayed(tmp_path: Path, faults: str, collector: str = "") -> list[Anomaly]:
+    scenario = tmp_path / "link_state.yaml"
+    scenario.write_text(SCENARIO.format(faults=faults or "  []", collector=collector))
+    trace = tmp_path / "link_state.trace.gz"
+    simulate(load_scenario(scenario), trace)
+    return [a for a in replay_trace(trace, Pipeline(DetectorConfig())).anomalies if a.kind == "link_down"]
+
+
+def test_a_dead_host_link_is_one_incident_from_the_next_poll_until_it_is_back(tmp_path):
+    events = replayed(tmp_path, "  - {kind: link_down, device: h003, start: 20.3, duration: 30}")
+    assert [(a.status, a.root.device) for a in events] == [
+        ("firing", "h003/mlx5_0"),
+        ("resolved", "h003/mlx5_0"),
+    ]
+    firing, resolved = events
+    assert (firing.ts_ns - T0) / NS - 20.3 <= 1.0  # the first poll after it went down
+    assert firing.severity == "critical" and firing.jobs == ["dp"]
+    assert "link h003/mlx5_0 1 <-> leaf00" in firing.summary and "is down" in firing.summary
+    assert (resolved.ts_ns - T0) / NS >= 50.3 + 30  # back, then stable for stable_after_s
+
+
+def test_a_link_that_flaps_four_times_is_one_incident_with_its_flap_count(tmp_path):
+    faults = (
+        "  - {kind: link_down, device: leaf01, port: Ethernet72, flaps: 4, up_s: 4,"
+        " start: 40.6, duration: 30}"
+    )
+    events = replayed(tmp_path, faults)
+    assert [a.status for a in events] == ["firing", "resolved"]
+    resolved = events[-1]
+    assert resolved.root.device == "leaf01" and resolved.root.port == "Ethernet72"
+    assert resolved.evidence["flaps"] == 4 and "flaps: down 4 times" in resolved.summary
+
+
+def test_a_flap_between_two_polls_is_seen_by_its_counters(tmp_path):
+    events = replayed(tmp_path, "  - {kind: link_down, device: h010, start: 60.45, duration: 0.4}")
+    assert [(a.status, a.root.device) for a in events] == [
+        ("firing", "h010/mlx5_0"),
+        ("resolved", "h010/mlx5_0"),
+    ]
+    assert "went down and came back" in events[-1].summary
+
+
+def test_resets_and_wrapping_counters_are_not_flaps(tmp_path):
+    collector = (
+        ", counter_start: near_wrap, resets: [{device: h002/mlx5_0, at: 40.5}, {device: leaf00, at: 70.5}]"
+    )
+    assert replayed(tmp_path, "", collector=collector) == []
+
+
+def _frame(ts_s: int, down: float, changes: float, admin: float = 0.0) -> RateFrame:
+    specs = (
+        CounterSpec("carrier_changes", "counter", 64),
+        CounterSpec("oper_down", "gauge", 64),
+        CounterSpec("admin_down", "gauge", 64),
+    )
+    values = np.array([[changes, down, admin]])
+    return RateFrame("leaf00", "switch", T0 + ts_s * NS, 1.0, ["Ethernet0"], Layout.of(specs), values)
+
+
+def test_a_port_taken_down_on_purpose_is_not_a_fault_and_unknown_is_not_stable():
+    detector = LinkState(LinkStateConfig(stable_after_s=5.0, lack_of_data_s=20.0))
+    fabric = FabricMap(None)
+
+    def poll(ts: int, down: float, changes: float, admin: float = 0.0) -> list:
+        return detector.update(Poll(_frame(ts, down, changes, admin), np.full(1, 5e10), fabric))
+
+    assert poll(1, 1.0, 1.0, admin=1.0) == []  # disabled by its operator: says nothing
+    assert [s.evidence["state"] for s in poll(2, 1.0, 0.0)] == ["down"]  # enabled, still down: a fault
+    assert [s.evidence["state"] for s in poll(3, 0.0, 1.0)] == ["up"]
+    for ts in range(4, 12):  # readings unknown: neither stable nor over
+        assert [s.active for s in poll(ts, np.nan, np.nan)] == [True], ts
+    said = [s for ts in range(12, 18) for s in poll(ts, 0.0, 0.0)]
+    assert [s.active for s in said][-1] is False and sum(not s.active for s in said) == 1
