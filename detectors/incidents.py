@@ -13,6 +13,7 @@ identity (kind and root), as Alertmanager's is of its labels: stable from firing
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from fabricwatch.detectors.config import IncidentConfig
@@ -184,6 +185,51 @@ class Correlator:
     def _forget(self, key: SymptomKey) -> None:
         self._active.pop(key, None)
         self._storm_roots.pop(key, None)
+
+    def adopt(self, events: Iterable[Anomaly], owns: Callable[[str], bool]) -> int:
+        """Take over the open incidents another stage 2 published for root devices this one now
+        owns (a rebalance, a restart): the latest event of each fingerprint, unless resolved.
+        Without them a new owner sees a storm's unwinding leaves cut off from their root and
+        opens a storm at each, and an incident that ended during the handover never resolves.
+        An adopted incident waits ``unrefreshed_s`` for its symptoms before it resolves."""
+        latest: dict[str, Anomaly] = {}
+        for a in events:
+            if a.fingerprint not in latest or a.ts_ns >= latest[a.fingerprint].ts_ns:
+                latest[a.fingerprint] = a
+        taken = 0
+        for fp, a in latest.items():
+            if a.status == "resolved" or fp in self._incidents or a.kind not in self.registry.incidents:
+                continue
+            if not owns(a.root.device):
+                continue
+            self._incidents[fp] = Incident(
+                a.kind,
+                a.root,
+                fp,
+                a.start_ns,
+                a.ts_ns,
+                severity=a.severity,
+                devices=set(a.devices),
+                hosts=set(a.hosts),
+                jobs=list(a.jobs),
+                collectives=list(a.collectives),
+                evidence=dict(a.evidence),
+                summary=a.summary,
+                hint=a.hint,
+                interval_ns=int(self.config.unrefreshed_s * NS * 2 / 5),
+            )
+            taken += 1
+        return taken
+
+    def release(self, owns: Callable[[str], bool]) -> int:
+        """Forget, without resolving them, the incidents and symptoms of devices another stage 2
+        owns now: it carries them on (``adopt``), and a resolution from here would be false."""
+        gone = [fp for fp, i in self._incidents.items() if not owns(i.root.device)]
+        for fp in gone:
+            del self._incidents[fp]
+        for key in [k for k in self._active if not owns(k[1])]:
+            self._forget(key)
+        return len(gone)
 
     def active_keys(self) -> list[SymptomKey]:
         return list(self._active)

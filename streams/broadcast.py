@@ -9,7 +9,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import DecodeError, PhaseMessage, Topology, decode
-from fabricwatch.streams.kafka_io import log_ends_aio
+from fabricwatch.streams.kafka_io import read_to_end
 
 if TYPE_CHECKING:
     from fabricwatch.streams.worker_context import Worker
@@ -55,10 +55,10 @@ async def _follow(consumer: AIOKafkaConsumer, w: Worker) -> None:
         for records in batch.values():
             for record in records:
                 _apply(record.topic, record.value, w)
-        if not w.topology_known.is_set() and await _read_to_end(consumer, topology):
+        if not w.topology_known.is_set() and await read_to_end(consumer, topology):
             w.topology_known.set()
         if not w.progress.inputs_ready:
-            w.progress.inputs_ready = await _read_to_end(consumer, tps)
+            w.progress.inputs_ready = await read_to_end(consumer, tps)
 
 
 def _apply(topic: str, value: bytes, w: Worker) -> None:
@@ -76,13 +76,3 @@ def _apply(topic: str, value: bytes, w: Worker) -> None:
     else:
         w.stage2.on_phase(msg)
     w.progress.processed(topic)
-
-
-async def _read_to_end(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> bool:
-    """Whether ``tps`` are read to their end. Only after a fetch answered for each: before one,
-    Tansu's short ListOffsets answer (see ``log_ends``) calls a one-record topic empty."""
-    if any(consumer.highwater(tp) is None for tp in tps):
-        return False
-    ends = await log_ends_aio(consumer, tps)
-    positions = [await consumer.position(tp) for tp in tps]
-    return all(p >= ends[tp] for p, tp in zip(positions, tps, strict=True))

@@ -17,7 +17,7 @@ from typing import Any
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from fabricwatch.streams import broadcast, stage1_agent, stage2_agent, web
+from fabricwatch.streams import broadcast, handover, stage1_agent, stage2_agent, web
 from fabricwatch.streams.health import Progress
 from fabricwatch.streams.kafka_io import BrokerSettings
 from fabricwatch.streams.stages import Stage1Worker, Stage2Worker
@@ -38,6 +38,7 @@ def make_app(opts: WorkerOptions) -> faust.App:
     stage1_agent.wire(worker, _aiokafka_kwargs(opts.broker))
     stage2_agent.wire(worker)
     broadcast.wire(worker, _aiokafka_kwargs(opts.broker))
+    handover.wire(worker, _aiokafka_kwargs(opts.broker))
     web.wire(worker)
     return app
 

@@ -156,6 +156,17 @@ async def log_ends_aio(consumer: Any, tps: list[Any]) -> dict[Any, int]:
     }
 
 
+async def read_to_end(consumer: Any, tps: list[Any]) -> bool:
+    """Whether the aiokafka ``consumer`` has read ``tps`` to their end. Only after a fetch
+    answered for each: before one, Tansu's short ListOffsets answer (see ``log_ends``) calls a
+    one-record partition empty."""
+    if any(consumer.highwater(tp) is None for tp in tps):
+        return False
+    ends = await log_ends_aio(consumer, tps)
+    positions = [await consumer.position(tp) for tp in tps]
+    return all(p >= ends[tp] for p, tp in zip(positions, tps, strict=True))
+
+
 @dataclass
 class PublisherStats:
     sent: int = 0
