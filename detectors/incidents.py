@@ -145,19 +145,19 @@ class Correlator:
                 continue
             incident.quiet_since_ns = None
             incident.last_ns = now_ns
-            before = (incident.severity, frozenset(incident.devices), tuple(incident.jobs), incident.root)
+            before = self._news(incident)
             self.describer.describe(incident, group, set(self._active))
-            if (
-                incident.severity,
-                frozenset(incident.devices),
-                tuple(incident.jobs),
-                incident.root,
-            ) != before:
+            if self._news(incident) != before:
                 out.append(self._anomaly(incident, "updated", now_ns))
         self._pending = {fp: t for fp, t in self._pending.items() if fp in groups}
         out += self._resolve(groups, now_ns)
         self.jobs.prune(now_ns)
         return out
+
+    def _news(self, incident: Incident) -> tuple:
+        """What, changed, makes an ``updated`` event: the rest (a peak, a rate) changes every poll."""
+        said = tuple(incident.evidence.get(k) for k in self.registry.incidents[incident.kind].updated_on)
+        return incident.severity, frozenset(incident.devices), tuple(incident.jobs), incident.root, said
 
     def _ripe(self, fp: str, group: Group, now_ns: int, placement: Placement) -> bool:
         """Whether a new incident may fire: at once, unless its kind's ``ripe`` test says it may

@@ -194,6 +194,7 @@ DOWN = IncidentKind(
     hint="Check the optic and the cable of the link; then the far end's port.",
     describe=describe,
     carried=("flaps",),
+    updated_on=("flaps", "state"),
     delay_bound_s=_delay_bound_s,
     delay="1 poll",
 )

@@ -162,6 +162,9 @@ class IncidentKind:
     resolves, whatever its kind (a storm's root gone dark is not a storm over)."""
     explains_devices: bool = True
     """A learned outlier on a device of such an incident is part of it, not an incident of its own."""
+    updated_on: tuple[str, ...] = ()
+    """Evidence whose change is news (an ``updated`` event), beside severity, devices, jobs and root:
+    a link down again, its flap count."""
     loses_frames: Callable[[Group], bool] | None = None
     """Whether a group of this kind is a link that damages or drops frames: NICs whose only oddity
     is retransmissions, on hosts that share a job with its NIC ends, are its echo and join it

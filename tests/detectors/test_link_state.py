@@ -47,13 +47,15 @@ def replayed(tmp_path: Path, faults: str, collector: str = "") -> list[Anomaly]:
     return [a for a in replay_trace(trace, Pipeline(DetectorConfig())).anomalies if a.kind == "link_down"]
 
 
+def lifecycle(events: list[Anomaly]) -> list[Anomaly]:
+    return [a for a in events if a.status != "updated"]
+
+
 def test_a_dead_host_link_is_one_incident_from_the_next_poll_until_it_is_back(tmp_path):
     events = replayed(tmp_path, "  - {kind: link_down, device: h003, start: 20.3, duration: 30}")
-    assert [(a.status, a.root.device) for a in events] == [
-        ("firing", "h003/mlx5_0"),
-        ("resolved", "h003/mlx5_0"),
-    ]
-    firing, resolved = events
+    assert [(a.status, a.root.device) for a in lifecycle(events)] == [("firing", NIC3), ("resolved", NIC3)]
+    firing, resolved = lifecycle(events)
+    assert [a.evidence["state"] for a in events if a.status == "updated"] == ["up"]  # back: news
     assert (firing.ts_ns - T0) / NS - 20.3 <= 1.0  # the first poll after it went down
     assert firing.severity == "critical" and firing.jobs == ["dp"]
     assert "link h003/mlx5_0 1 <-> leaf00" in firing.summary and "is down" in firing.summary
@@ -66,18 +68,18 @@ def test_a_link_that_flaps_four_times_is_one_incident_with_its_flap_count(tmp_pa
         " start: 40.6, duration: 30}"
     )
     events = replayed(tmp_path, faults)
-    assert [a.status for a in events] == ["firing", "resolved"]
+    assert [a.status for a in lifecycle(events)] == ["firing", "resolved"]
     resolved = events[-1]
+    # Every change is news to a receiver: down, up, down again (2), ... up after the fourth.
+    said = [(a.evidence["state"], a.evidence["flaps"]) for a in events if a.status != "resolved"]
+    assert said == [(state, n) for n in range(1, 5) for state in ("down", "up")]
     assert resolved.root.device == "leaf01" and resolved.root.port == "Ethernet72"
     assert resolved.evidence["flaps"] == 4 and "flaps: down 4 times" in resolved.summary
 
 
 def test_a_flap_between_two_polls_is_seen_by_its_counters(tmp_path):
     events = replayed(tmp_path, "  - {kind: link_down, device: h010, start: 60.45, duration: 0.4}")
-    assert [(a.status, a.root.device) for a in events] == [
-        ("firing", "h010/mlx5_0"),
-        ("resolved", "h010/mlx5_0"),
-    ]
+    assert [(a.status, a.root.device) for a in lifecycle(events)] == [("firing", NIC10), ("resolved", NIC10)]
     assert "went down and came back" in events[-1].summary
 
 
