@@ -187,10 +187,11 @@ class Correlator:
         self._storm_roots.pop(key, None)
 
     def adopt(self, events: Iterable[Anomaly], owns: Callable[[str], bool]) -> int:
-        """Take over the open incidents another stage 2 published for root devices this one now
-        owns (a rebalance, a restart): the latest event of each fingerprint, unless resolved.
-        Without them a new owner sees a storm's unwinding leaves cut off from their root and
-        opens a storm at each, and an incident that ended during the handover never resolves.
+        """Take over the open incidents another stage 2 published for devices this one now owns
+        (their symptoms come here: a rebalance, a restart): the latest event of each
+        fingerprint, unless resolved. Without them a new owner sees a storm's unwinding leaves
+        cut off from their root and opens a storm at each, and an incident that ended during the
+        handover never resolves.
         An adopted incident waits ``unrefreshed_s`` for its symptoms before it resolves."""
         latest: dict[str, Anomaly] = {}
         for a in events:
@@ -200,7 +201,7 @@ class Correlator:
         for fp, a in latest.items():
             if a.status == "resolved" or fp in self._incidents or a.kind not in self.registry.incidents:
                 continue
-            if not owns(a.root.device):
+            if not any(owns(d) for d in (a.root.device, *a.devices)):
                 continue
             self._incidents[fp] = Incident(
                 a.kind,
@@ -224,7 +225,9 @@ class Correlator:
     def release(self, owns: Callable[[str], bool]) -> int:
         """Forget, without resolving them, the incidents and symptoms of devices another stage 2
         owns now: it carries them on (``adopt``), and a resolution from here would be false."""
-        gone = [fp for fp, i in self._incidents.items() if not owns(i.root.device)]
+        gone = [
+            fp for fp, i in self._incidents.items() if not any(owns(d) for d in (i.root.device, *i.devices))
+        ]
         for fp in gone:
             del self._incidents[fp]
         for key in [k for k in self._active if not owns(k[1])]:
@@ -374,13 +377,23 @@ class Correlator:
             # Two and a half polls: decided between polls, never racing the next poll's symptoms.
             wait_ns = max(self.config.resolve_after_s * NS, 5 * incident.interval_ns // 2)
             if now_ns - incident.quiet_since_ns >= wait_ns:
-                root = incident.root
-                why = self._ended.pop((root.device, root.port, root.group), None)
+                why = self._why_ended(incident)
                 if why is not None:
                     incident.summary += f"; ended for lack of data ({why}), not seen to recover"
                 out.append(self._anomaly(incident, "resolved", now_ns, end_ns=incident.last_ns))
                 del self._incidents[fp]
         return out
+
+    def _why_ended(self, incident: Incident) -> str | None:
+        """Why a detector ended the incident's symptoms for lack of data, if it did: at its root,
+        or at another of its devices (a link's far end, rooted at the end that sends the damage).
+        Every such note on its devices goes with it."""
+        root = incident.root
+        why = self._ended.pop((root.device, root.port, root.group), None)
+        for key in [k for k in self._ended if k[0] in incident.devices]:
+            why = why or self._ended[key]
+            del self._ended[key]
+        return why
 
     def _anomaly(self, incident: Incident, status: str, now_ns: int, end_ns: int | None = None) -> Anomaly:
         return Anomaly(

@@ -111,10 +111,10 @@ class LinkErrors:
         state.quiet_s = np.where(erroring, 0.0, np.where(known, state.quiet_s + frame.dt_s, state.quiet_s))
         started = (self._count[state.history] >= cfg.persist_polls) & ~state.active
         state.since_ns[started] = ts - self._age[state.history[started]] * int(frame.dt_s * _NS)
-        state.peak_ratio = np.where(started, 0.0, state.peak_ratio)
         state.active |= started
-        rising = state.active & erroring
-        state.peak_ratio = np.where(rising, np.fmax(state.peak_ratio, ratio), state.peak_ratio)
+        # The peak of the polls in the window, those that opened the streak among them.
+        seen = np.where(erroring, ratio, 0.0)
+        state.peak_ratio = np.where(state.active | (state.history > 0), np.fmax(state.peak_ratio, seen), 0.0)
         quiet_s = max(cfg.clear_after_s, cfg.window_polls * frame.dt_s)
         cleared = state.active & known & (state.quiet_s >= quiet_s)
         ended = state.active & (ts - state.known_ns > cfg.lack_of_data_s * _NS)
@@ -153,17 +153,17 @@ class LinkErrors:
 
 
 def _lost_frames(frame: Any) -> np.ndarray | None:
-    """Damaged frames per second per port: CRC (or receive) errors plus uncorrectable FEC
-    codewords (each a frame, or part of one, lost on the wire); None when the device counts
-    neither. NaN where every counter it has is unknown this poll."""
+    """Damaged frames per second per port: CRC (or receive) errors or uncorrectable FEC codewords
+    (each a frame, or part of one, lost on the wire), whichever counts more; None when the device
+    counts neither. NaN where every counter it has is unknown this poll."""
     crc = next((c for c in (frame.port(n) for n in FRAME_ERRORS) if c is not None), None)
     fec = frame.port("fec_uncorrectable_blocks")
     parts = [c for c in (crc, fec) if c is not None]
     if not parts:
         return None
-    stacked = np.stack(parts)
-    total = np.nansum(stacked, axis=0)
-    return np.where(np.isnan(stacked).all(axis=0), np.nan, total)
+    # The larger, not the sum: a frame lost to FEC most often fails its CRC too, and counted twice
+    # would halve the loss at which critical_ratio trips.
+    return np.fmax.reduce(np.stack(parts), axis=0)
 
 
 def _at(column: np.ndarray | None, p: int) -> float:
@@ -199,6 +199,12 @@ def describe(
         incident.severity = "critical"  # stage 1 weighed it against critical_ratio; never downgraded
     incident.evidence.pop("severity", None)
     erroring = _erroring(group)
+    if not erroring:
+        # Kept open by peers' retransmissions after its own errors cleared: it says what it said.
+        part = str(incident.evidence.get("likely_part", ""))
+        if part:
+            incident.root = RootCause(*part.rsplit(" ", 1))
+        return
     identity = (group.root.device, group.root.port)
     far = d.fabric.peer(*identity)
     # Both ends seen once is the cable for the incident's life: the ends clear one after the other.
@@ -206,6 +212,7 @@ def describe(
     transmitter = None if both or far is None else next(iter({identity, far} - erroring), None)
     if transmitter is not None:
         incident.root = RootCause(*transmitter)
+    incident.evidence["likely_part"] = f"{incident.root.device} {incident.root.port}"
     devices = {dev for dev, _ in erroring} | {incident.root.device}
     incident.devices |= devices
     hosts = {d.fabric.host_of(dev) for dev in devices if d.fabric.is_nic(dev)}
@@ -262,7 +269,7 @@ CORRUPTION = IncidentKind(
     colour="tab:brown",
     hint="Replace or reseat the optic at the far end of the port receiving damaged frames; then the cable.",
     describe=describe,
-    carried=("peak_error_ratio", "ends"),
+    carried=("peak_error_ratio", "ends", "likely_part"),
     delay_bound_s=_delay_bound_s,
     delay="(persist_polls + 2) x poll (a poll's wait for the far end)",
     ripe=_ripe,

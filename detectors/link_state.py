@@ -44,18 +44,14 @@ class _Ports:
     stable_s: np.ndarray
     """Seconds of known polls up and without a transition."""
     was_down: np.ndarray
+    """The last state read (down or up); unknown polls leave it as it was."""
     known_ns: np.ndarray
+    """The last poll whose link columns could be read (the state itself may be unknown)."""
 
     @classmethod
     def empty(cls, n: int) -> _Ports:
-        return cls(
-            np.zeros(n, bool),
-            np.zeros(n, np.int64),
-            np.zeros(n),
-            np.zeros(n),
-            np.zeros(n, bool),
-            np.zeros(n, np.int64),
-        )
+        flags, ints, floats = (np.zeros(n, bool), np.zeros(n, np.int64), np.zeros(n))
+        return cls(flags, ints, floats, floats.copy(), flags.copy(), ints.copy())
 
 
 class LinkState:
@@ -72,29 +68,39 @@ class LinkState:
 
     def update(self, poll: Poll) -> list[Symptom]:
         frame = poll.frame
-        down, downs, known = _read(frame)
-        if down is None:
-            return []
         state = self._devices.get(frame.device)
-        event = down | (downs > 0)
+        n = len(frame.ports)
+        was_down = state.was_down if state is not None and state.active.size == n else np.zeros(n, bool)
+        read = _read(frame, was_down)
+        if read is None:
+            return []
+        down, up, downs, readable = read
+        # A port read down with no transition counted is a fault only where the topology expects
+        # a link, or after it went down while watched (an uncabled port is down, and enabled by
+        # default on many switches).
+        watched = state is not None and state.active.size == n
+        expected = _cabled(poll, frame.ports) if down.any() else np.zeros(n, bool)
+        if watched:
+            expected |= ~state.was_down
+        event = (down & expected) | (downs > 0)
         if state is None and not event.any():
             return []
-        n = len(frame.ports)
         if state is None or state.active.size != n:
             state = self._devices[frame.device] = _Ports.empty(n)
         cfg, ts = self.config, frame.ts_ns
-        # A gauge seen going down between two polls is a down the counters may not have (no counter).
-        went_down = down & ~state.was_down & (downs == 0)
-        counted = np.where(went_down, 1.0, downs)
+        known = down | up
+        # A gauge seen going down between two polls is a down no counter may have counted.
+        counted = np.where(down & ~state.was_down & (downs == 0), 1.0, downs)
         started = event & ~state.active
         state.since_ns[started] = ts - int(frame.dt_s * 1e9)
         state.flaps = np.where(started, 0.0, state.flaps) + np.where(event, counted, 0.0)
         state.active |= started
-        state.stable_s = np.where(event, 0.0, np.where(known, state.stable_s + frame.dt_s, state.stable_s))
+        quiet = up & (downs == 0)
+        state.stable_s = np.where(event, 0.0, np.where(quiet, state.stable_s + frame.dt_s, state.stable_s))
         state.was_down = np.where(known, down, state.was_down)
-        state.known_ns = np.where(known, ts, state.known_ns)
+        state.known_ns = np.where(readable, ts, state.known_ns)
         stable = max(cfg.stable_after_s, 2 * frame.dt_s)
-        cleared = state.active & known & ~down & (state.stable_s >= stable)
+        cleared = state.active & quiet & (state.stable_s >= stable)
         ended = state.active & (ts - state.known_ns > cfg.lack_of_data_s * 1e9)
         state.active &= ~(cleared | ended)
 
@@ -125,31 +131,45 @@ class LinkState:
         return out
 
 
-def _read(frame: Any) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
-    """Per port: down now (gauge), downs counted this poll, and whether either was known. None when
-    the device reports neither. Ports taken down on purpose read as up and quiet."""
-    gauge = frame.port("oper_down")
-    downed = frame.port("link_downed")
-    changes = frame.port("carrier_changes")
+def _read(frame: Any, was_down: np.ndarray) -> tuple[np.ndarray, ...] | None:
+    """Per port: read down, read up, downs counted this poll, and whether any of its link columns
+    could be read; None when the device reports no link state at all.
+
+    The state is the ``oper_down`` gauge's; without one, the parity of ``carrier_changes`` since
+    the last known state; without either, traffic says a link is up (a dead link carries nothing)
+    and only a counted down says it is down. Neither down nor up is unknown: it neither clears
+    an incident nor extends it. A port taken down on purpose (``admin_down``) reads as neither
+    and counts no downs."""
+    gauge, downed, changes = (frame.port(k) for k in ("oper_down", "link_downed", "carrier_changes"))
     if gauge is None and downed is None and changes is None:
-        return None, np.zeros(0), np.zeros(0, bool)
+        return None
     n = len(frame.ports)
     nan = np.full(n, np.nan)
     gauge = nan if gauge is None else gauge
-    # Downs per poll: link_downed counts them; carrier_changes counts a down and an up, so a flap
-    # that ended within the poll is two, one still down is one (rounded up).
+    flips = nan if changes is None else np.round(changes * frame.dt_s)
     if downed is not None:
         downs = np.round(downed * frame.dt_s)
-    elif changes is not None:
-        downs = np.ceil(np.round(changes * frame.dt_s) / 2)
     else:
-        downs = nan
+        # carrier_changes counts downs and ups: from up, the first change is a down; from down, an up.
+        downs = np.where(was_down, np.floor(flips / 2), np.ceil(flips / 2))
+    readable = np.isfinite(gauge) | np.isfinite(downs) | np.isfinite(flips)
+    downs = np.where(np.isfinite(downs), downs, 0.0)
+    by_parity = np.isfinite(flips)
+    parity_down = by_parity & ((flips + was_down) % 2 == 1)
+    moving = [c for c in (frame.port("rx_packets"), frame.port("tx_packets")) if c is not None]
+    traffic = np.nansum(np.stack(moving), axis=0) if moving else nan
+    gauged = np.isfinite(gauge)
+    down = np.where(gauged, gauge > 0.5, np.where(by_parity, parity_down, (downs > 0) & ~(traffic > 0)))
+    up = np.where(gauged, gauge <= 0.5, np.where(by_parity, ~parity_down, traffic > 0))
     admin = frame.port("admin_down")
-    on_purpose = np.zeros(n, bool) if admin is None else admin > 0.5
-    known = (np.isfinite(gauge) | np.isfinite(downs)) & ~on_purpose
-    down = known & (gauge > 0.5)
-    downs = np.where(known & np.isfinite(downs), downs, 0.0)
-    return down, downs, known
+    if admin is not None:
+        on_purpose = admin > 0.5
+        down, up, downs = down & ~on_purpose, up & ~on_purpose, np.where(on_purpose, 0.0, downs)
+    return down, up, downs, readable
+
+
+def _cabled(poll: Poll, ports: list[str]) -> np.ndarray:
+    return np.array([poll.fabric.peer(poll.frame.device, p) is not None for p in ports])
 
 
 def describe(

@@ -54,12 +54,14 @@ def wire(w: Worker, client_kwargs: dict[str, Any]) -> None:
         if not gained and not lost:
             return
         try:
-            await asyncio.wait_for(_hand_over(w, client_kwargs, now, gained), HANDOVER_TIMEOUT_S)
+            await asyncio.wait_for(_hand_over(w, client_kwargs, now, gained, lost), HANDOVER_TIMEOUT_S)
         except (TimeoutError, KafkaError) as exc:
             log.warning("stage 2 handover of symptoms partitions %s incomplete: %r", sorted(gained), exc)
 
 
-async def _hand_over(w: Worker, client_kwargs: dict[str, Any], now: set[int], gained: set[int]) -> None:
+async def _hand_over(
+    w: Worker, client_kwargs: dict[str, Any], now: set[int], gained: set[int], lost: set[int]
+) -> None:
     # The topology as the broker holds it, without the stages' wait for a first one: a rebalance
     # must not sit out that wait (none published yet: every device is in the unknown pod).
     await w.topology_known.wait()
@@ -70,7 +72,7 @@ async def _hand_over(w: Worker, client_kwargs: dict[str, Any], now: set[int], ga
         partition = _partitioner(w, len(consumer.partitions_for_topic(topics.SYMPTOMS) or ()))
         correlator = w.stage2.core.correlator
         async with w.stage2_lock:
-            released = correlator.release(lambda device: partition(device) in now)
+            released = w.stage2.hand_over({str(p) for p in lost}, lambda device: partition(device) in now)
         adopted = 0
         if gained:
             events = await _recent_anomalies(consumer)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import logging
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fabricwatch.detectors.clock import ClockGuard
@@ -361,6 +361,16 @@ class Stage2Worker:
     @property
     def held(self) -> int:
         return len(self._held)
+
+    def hand_over(self, lost: set[str], owns: Callable[[str], bool]) -> int:
+        """Forget what came from symptoms partitions another worker reads now (``lost``): their
+        watermarks, which would hold every other pod back until they stall, and held symptoms of
+        devices no longer ours, which would fire here what the new owner carries on. Then the
+        correlator's incidents of those devices (``Correlator.release``)."""
+        self._marks = {k: m for k, m in self._marks.items() if k[0] not in lost}
+        self._held = [h for h in self._held if owns(h[2].device)]
+        heapq.heapify(self._held)
+        return self.core.correlator.release(owns)
 
     def feed(self, value: bytes | None, now: float, channel: str = "") -> tuple[list[Anomaly], str | None]:
         """One ``fabric.symptoms`` message in (a symptom, a watermark or a ``SymptomBatch`` of

@@ -172,3 +172,12 @@ def test_a_sonic_port_hash_gives_the_detector_its_fec_and_error_counters():
     assert read["fec_corrected_blocks"] == 433513349 and read["fec_uncorrectable_blocks"] == 0
     assert read["rx_errors"] == 0 and "rx_packets" in read and "rx_crc_errors" not in read
     assert SIGNALS & read.keys() == {"rx_errors", "fec_uncorrectable_blocks"}
+
+
+def test_the_polls_that_opened_a_streak_count_in_its_peak_and_severity():
+    """Found in review: 1e-3 then 5e-5 of frames opened as a warning, the first poll forgotten."""
+    detector = LinkErrors(LinkErrorsConfig())
+    fabric = FabricMap(None)
+    assert detector.update(Poll(_frame(T0 + NS, 1000.0, 1e6), np.full(2, 5e10), fabric)) == []
+    (opened,) = detector.update(Poll(_frame(T0 + 2 * NS, 50.0, 1e6), np.full(2, 5e10), fabric))
+    assert opened.evidence["severity"] == "critical" and opened.evidence["peak_error_ratio"] >= 9.9e-4

@@ -4,6 +4,7 @@ ports taken down on purpose stay quiet."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from fabricwatch.detectors.rates import Layout, RateFrame
 from fabricwatch.detectors.spec import Poll
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.replay import replay_trace
-from fabricwatch.schemas.messages import Anomaly, CounterSpec
+from fabricwatch.schemas.messages import Anomaly, CounterSpec, Device, Link, Topology
 
 NIC3, NIC10 = "h003/mlx5_0", "h010/mlx5_0"
 NS = 1_000_000_000
@@ -90,27 +91,66 @@ def test_resets_and_wrapping_counters_are_not_flaps(tmp_path):
     assert replayed(tmp_path, "", collector=collector) == []
 
 
-def _frame(ts_s: int, down: float, changes: float, admin: float = 0.0) -> RateFrame:
-    specs = (
-        CounterSpec("carrier_changes", "counter", 64),
-        CounterSpec("oper_down", "gauge", 64),
-        CounterSpec("admin_down", "gauge", 64),
-    )
-    values = np.array([[changes, down, admin]])
+def _frame(ts_s: int, **columns: float) -> RateFrame:
+    """One port's poll with the given columns (counters as rates per second, gauges as read)."""
+    specs = tuple(CounterSpec(k, "gauge" if k.endswith("_down") else "counter", 64) for k in columns)
+    values = np.array([list(columns.values())], dtype=float)
     return RateFrame("leaf00", "switch", T0 + ts_s * NS, 1.0, ["Ethernet0"], Layout.of(specs), values)
 
 
-def test_a_port_taken_down_on_purpose_is_not_a_fault_and_unknown_is_not_stable():
+def _detector(cabled: bool = False) -> tuple[LinkState, Callable[..., list]]:
     detector = LinkState(LinkStateConfig(stable_after_s=5.0, lack_of_data_s=20.0))
-    fabric = FabricMap(None)
+    links = [Link("leaf00", "Ethernet0", "spine00", "Ethernet0", 400.0)] if cabled else []
+    devices = [Device("leaf00", "leaf"), Device("spine00", "spine")]
+    fabric = FabricMap(Topology(T0, devices, links))
 
-    def poll(ts: int, down: float, changes: float, admin: float = 0.0) -> list:
-        return detector.update(Poll(_frame(ts, down, changes, admin), np.full(1, 5e10), fabric))
+    def poll(ts: int, **columns: float) -> list:
+        return detector.update(Poll(_frame(ts, **columns), np.full(1, 5e10), fabric))
 
-    assert poll(1, 1.0, 1.0, admin=1.0) == []  # disabled by its operator: says nothing
-    assert [s.evidence["state"] for s in poll(2, 1.0, 0.0)] == ["down"]  # enabled, still down: a fault
-    assert [s.evidence["state"] for s in poll(3, 0.0, 1.0)] == ["up"]
-    for ts in range(4, 12):  # readings unknown: neither stable nor over
-        assert [s.active for s in poll(ts, np.nan, np.nan)] == [True], ts
-    said = [s for ts in range(12, 18) for s in poll(ts, 0.0, 0.0)]
+    return detector, poll
+
+
+def test_a_port_taken_down_on_purpose_is_not_a_fault_and_unknown_is_not_stable():
+    _, poll = _detector(cabled=True)
+
+    def gauges(ts: int, down: float, changes: float, admin: float = 0.0) -> list:
+        return poll(ts, carrier_changes=changes, oper_down=down, admin_down=admin)
+
+    assert gauges(1, 0.0, 0.0) == []
+    assert gauges(2, 1.0, 1.0, admin=1.0) == []  # disabled by its operator: says nothing
+    assert [s.evidence["state"] for s in gauges(3, 1.0, 0.0)] == ["down"]  # enabled, still down: cabled
+    assert [s.evidence["state"] for s in gauges(4, 0.0, 1.0)] == ["up"]
+    for ts in range(5, 13):  # readings unknown: neither stable nor over
+        assert [s.active for s in gauges(ts, np.nan, np.nan)] == [True], ts
+    said = [s for ts in range(13, 19) for s in gauges(ts, 0.0, 0.0)]
     assert [s.active for s in said][-1] is False and sum(not s.active for s in said) == 1
+
+
+def test_a_port_down_since_it_was_first_read_and_cabled_to_nothing_known_is_not_a_fault():
+    """An uncabled port is down and enabled by default on many switches: without a topology peer,
+    a port never seen up says nothing until it changes."""
+    _, poll = _detector()
+    assert [poll(ts, oper_down=1.0, carrier_changes=0.0) for ts in range(1, 5)] == [[], [], [], []]
+    _, poll = _detector(cabled=True)  # the topology cables it: a dead link
+    assert [s.evidence["state"] for s in poll(1, oper_down=1.0, carrier_changes=0.0)] == ["down"]
+
+
+def test_counters_alone_keep_a_dead_link_down_until_traffic_says_it_is_up():
+    """mlx5's ``link_down_events_phy`` counts downs, never ups: without a state gauge, a link that
+    carries nothing is not known to be up, so it does not heal by itself (found in review: it
+    cleared after 31 s while still down)."""
+    _, poll = _detector()
+    assert poll(1, link_downed=0.0, rx_packets=1e6) == []
+    assert [s.evidence["flaps"] for s in poll(2, link_downed=1.0, rx_packets=0.0)] == [1]
+    for ts in range(3, 40):
+        assert [s.active for s in poll(ts, link_downed=0.0, rx_packets=0.0)] == [True], ts
+    said = [s for ts in range(40, 47) for s in poll(ts, link_downed=0.0, rx_packets=1e6)]
+    assert [s.active for s in said][-1] is False  # carrying traffic again, for stable_after_s
+
+
+def test_carrier_changes_count_the_link_coming_back_as_an_up_not_a_second_down():
+    """Found in review: one outage read from carrier_changes alone was "down 2 times"."""
+    _, poll = _detector()
+    assert poll(1, carrier_changes=0.0) == []
+    assert [(s.evidence["state"], s.evidence["flaps"]) for s in poll(2, carrier_changes=1.0)] == [("down", 1)]
+    assert [(s.evidence["state"], s.evidence["flaps"]) for s in poll(9, carrier_changes=1.0)] == [("up", 1)]
