@@ -179,13 +179,25 @@ class Bank:
 
 
 def _offsets(table: Table, rows: int, start: str, rng: np.random.Generator) -> np.ndarray:
-    """Counters of a device that has been up for a while: anywhere in their range, or about to wrap."""
-    shape = (rows, len(table.specs))
+    """Counters of a device that has been up for a while: anywhere in their range, or about to wrap.
+
+    The link-state columns draw from a generator of their own, so that adding them left every
+    other random stream of a seeded scenario (noise, gaps, jitter) as it was."""
+    link = np.array([s.name in _LINK for s in table.specs])
+    out = np.zeros((rows, len(table.specs)), dtype=np.uint64)
+    own = np.random.default_rng(rng.bit_generator.seed_seq.spawn(1)[0])  # type: ignore[attr-defined]
+    for cols, draw in ((~link, rng), (link, own)):
+        out[:, cols] = _draw(table.mask32[cols], rows, start, draw)
+    return out
+
+
+def _draw(mask32: np.ndarray, rows: int, start: str, rng: np.random.Generator) -> np.ndarray:
+    shape = (rows, len(mask32))
     if start == "zero":
         return np.zeros(shape, dtype=np.uint64)
     if start == "near_wrap":
-        below = np.where(table.mask32, NEAR_WRAP[32], NEAR_WRAP[64])
+        below = np.where(mask32, NEAR_WRAP[32], NEAR_WRAP[64])
         gap = rng.integers(1, below, size=shape, dtype=np.uint64)
-        return np.where(table.mask32, np.uint64(2**32) - gap, np.uint64(0) - gap)
-    top = np.where(table.mask32, 2**32, WIDE_START)
+        return np.where(mask32, np.uint64(2**32) - gap, np.uint64(0) - gap)
+    top = np.where(mask32, 2**32, WIDE_START)
     return rng.integers(0, top, size=shape, dtype=np.uint64)
