@@ -58,3 +58,35 @@ def capped(names: list[str], shown: int = 8) -> str:
     """A list of names for an incident's evidence: the first ``shown`` and how many more."""
     more = f" +{len(names) - shown} more" if len(names) > shown else ""
     return ", ".join(names[:shown]) + more
+
+
+def port_symptoms(
+    kind: str,
+    frame: RateFrame,
+    since_ns: np.ndarray,
+    reported: tuple[np.ndarray, np.ndarray, np.ndarray],
+    evidence_of: Callable[[int], dict[str, float | int | str]],
+    blind: str,
+) -> list[Symptom]:
+    """What a per-port detector says in a poll, from its ``(active, cleared, ended)`` masks: every
+    active port again (stage 2 expires what is not said again), each port that cleared once, and
+    each ended for lack of data once, saying why (``blind``)."""
+    active, cleared, ended = reported
+
+    def one(p: int, on: bool, why: str = "") -> Symptom:
+        found = evidence_of(p)
+        if why:
+            found["ended"] = why
+        return Symptom(
+            kind=kind,
+            device=frame.device,
+            port=frame.ports[p],
+            ts_ns=frame.ts_ns,
+            start_ns=int(since_ns[p]),
+            active=on,
+            evidence=found,
+        )
+
+    out = [one(p, True) for p in np.flatnonzero(active).tolist()]
+    out += [one(p, False) for p in np.flatnonzero(cleared).tolist()]
+    return out + [one(p, False, blind) for p in np.flatnonzero(ended).tolist()]

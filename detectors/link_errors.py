@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from fabricwatch.detectors.evidence import capped, evidence
+from fabricwatch.detectors.evidence import capped, evidence, port_symptoms
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import LACK_OF_DATA_S
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
@@ -121,8 +121,8 @@ class LinkErrors:
         state.active &= ~(cleared | ended)
         state.history[ended] = 0  # a streak found again needs polls that read it
 
-        def symptom(p: int, active: bool, why: str = "") -> Symptom:
-            found = evidence(
+        def found(p: int) -> dict[str, float | int | str]:
+            return evidence(
                 6,
                 error_ratio=ratio[p],
                 peak_error_ratio=state.peak_ratio[p],
@@ -133,23 +133,11 @@ class LinkErrors:
                 erroring_polls=f"{self._count[state.history[p]]} of the last {cfg.window_polls}",
                 severity="critical" if state.peak_ratio[p] >= cfg.critical_ratio else "warning",
             )
-            if why:
-                found["ended"] = why
-            return Symptom(
-                kind="link_errors",
-                device=frame.device,
-                port=frame.ports[p],
-                ts_ns=ts,
-                start_ns=int(state.since_ns[p]),
-                active=active,
-                evidence=found,
-            )
 
-        out = [symptom(p, True) for p in np.flatnonzero(state.active).tolist()]
-        out += [symptom(p, False) for p in np.flatnonzero(cleared).tolist()]
         blind = f"no poll could read its error counters for over {cfg.lack_of_data_s:.0f} s"
-        out += [symptom(p, False, blind) for p in np.flatnonzero(ended).tolist()]
-        return out
+        return port_symptoms(
+            "link_errors", frame, state.since_ns, (state.active, cleared, ended), found, blind
+        )
 
 
 def _lost_frames(frame: Any) -> np.ndarray | None:

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from fabricwatch.detectors.evidence import evidence
+from fabricwatch.detectors.evidence import evidence, port_symptoms
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.link_errors import link_root
 from fabricwatch.detectors.persistence import LACK_OF_DATA_S
@@ -104,31 +104,17 @@ class LinkState:
         ended = state.active & (ts - state.known_ns > cfg.lack_of_data_s * 1e9)
         state.active &= ~(cleared | ended)
 
-        def symptom(p: int, active: bool, why: str = "") -> Symptom:
+        def found(p: int) -> dict[str, float | int | str]:
             is_down = bool(state.was_down[p])
-            found = evidence(
+            return evidence(
                 1,
                 state="down" if is_down else "up",
                 flaps=int(state.flaps[p]),
                 up_for_s=float(state.stable_s[p]) if not is_down else float("nan"),
             )
-            if why:
-                found["ended"] = why
-            return Symptom(
-                kind="link_down",
-                device=frame.device,
-                port=frame.ports[p],
-                ts_ns=ts,
-                start_ns=int(state.since_ns[p]),
-                active=active,
-                evidence=found,
-            )
 
-        out = [symptom(p, True) for p in np.flatnonzero(state.active).tolist()]
-        out += [symptom(p, False) for p in np.flatnonzero(cleared).tolist()]
         blind = f"no poll could read its state for over {cfg.lack_of_data_s:.0f} s"
-        out += [symptom(p, False, blind) for p in np.flatnonzero(ended).tolist()]
-        return out
+        return port_symptoms("link_down", frame, state.since_ns, (state.active, cleared, ended), found, blind)
 
 
 def _read(frame: Any, was_down: np.ndarray) -> tuple[np.ndarray, ...] | None:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from helpers import small_fabric
 from helpers.paths import FIXTURES
 
 from fabricwatch.detectors.config import DetectorConfig
@@ -17,39 +18,15 @@ from fabricwatch.detectors.rates import Layout, RateFrame
 from fabricwatch.detectors.spec import Poll
 from fabricwatch.ingest.mapping import map_counters
 from fabricwatch.ingest.nic.parsers import parse_ethtool_stats
-from fabricwatch.ingest.simulator import load_scenario, simulate
-from fabricwatch.replay import replay_trace
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Anomaly, CounterSpec, Snapshot, encode
 
 NS = 1_000_000_000
 T0 = 1_767_225_600 * NS
 
-SCENARIO = """\
-name: link_errors
-seed: 11
-duration: {duration}
-poll_interval: 1.0
-fabric: {{leaves: 2, spines: 4, hosts_per_leaf: 8}}
-collector: {{noise: 0.03, jitter_ms: 10{collector}}}
-jobs:
-  - name: dp
-    hosts: 16
-    schedule:
-      - {{op: AllReduce, begin: 0, end: {duration}, load: 0.35}}
-faults:
-{faults}
-"""
-
 
 def replayed(tmp_path: Path, faults: str, duration: int = 120, collector: str = "") -> list[Anomaly]:
-    scenario = tmp_path / "link_errors.yaml"
-    scenario.write_text(SCENARIO.format(duration=duration, faults=faults or "  []", collector=collector))
-    trace = tmp_path / "link_errors.trace.gz"
-    simulate(load_scenario(scenario), trace)
-    return [
-        a for a in replay_trace(trace, Pipeline(DetectorConfig())).anomalies if a.kind == "link_corruption"
-    ]
+    return small_fabric.replayed(tmp_path, "link_corruption", faults, 11, duration, collector)
 
 
 def after(a: Anomaly, start_s: float) -> float:

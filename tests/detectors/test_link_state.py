@@ -8,44 +8,21 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from helpers import small_fabric
 
-from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.link_state import LinkState, LinkStateConfig
-from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.detectors.rates import Layout, RateFrame
 from fabricwatch.detectors.spec import Poll
-from fabricwatch.ingest.simulator import load_scenario, simulate
-from fabricwatch.replay import replay_trace
 from fabricwatch.schemas.messages import Anomaly, CounterSpec, Device, Link, Topology
 
 NIC3, NIC10 = "h003/mlx5_0", "h010/mlx5_0"
 NS = 1_000_000_000
 T0 = 1_767_225_600 * NS
 
-SCENARIO = """\
-name: link_state
-seed: 5
-duration: 150
-poll_interval: 1.0
-fabric: {{leaves: 2, spines: 4, hosts_per_leaf: 8}}
-collector: {{noise: 0.03, jitter_ms: 10{collector}}}
-jobs:
-  - name: dp
-    hosts: 16
-    schedule:
-      - {{op: AllReduce, begin: 0, end: 150, load: 0.35}}
-faults:
-{faults}
-"""
-
 
 def replayed(tmp_path: Path, faults: str, collector: str = "") -> list[Anomaly]:
-    scenario = tmp_path / "link_state.yaml"
-    scenario.write_text(SCENARIO.format(faults=faults or "  []", collector=collector))
-    trace = tmp_path / "link_state.trace.gz"
-    simulate(load_scenario(scenario), trace)
-    return [a for a in replay_trace(trace, Pipeline(DetectorConfig())).anomalies if a.kind == "link_down"]
+    return small_fabric.replayed(tmp_path, "link_down", faults, 5, 150, collector)
 
 
 def lifecycle(events: list[Anomaly]) -> list[Anomaly]:
