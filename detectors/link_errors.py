@@ -91,9 +91,11 @@ class LinkErrors:
 
     def update(self, poll: Poll) -> list[Symptom]:
         frame = poll.frame
-        lost = _lost_frames(frame)
         state = self._devices.get(frame.device)
-        if lost is None or (state is None and not (lost > 0).any()):
+        if state is None and not frame.any_above_zero(SIGNALS):
+            return []  # no error counter moved and nothing open: the common poll, for free
+        lost = _lost_frames(frame)
+        if lost is None:
             return []
         n = len(frame.ports)
         if state is None or state.history.size != n:
