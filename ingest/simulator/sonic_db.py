@@ -136,7 +136,8 @@ class SwitchDb:
 class SnapshotSwitch:
     """A switch whose COUNTERS_DB holds, at each ``write``, what a snapshot of it says: every
     canonical column written back to the SAI field the vendor map reads it from (the inverse of the
-    collector's mapping), on the port, queue or priority-group object it belongs to."""
+    collector's mapping), on the port, queue or priority-group object it belongs to. A column with
+    no such field is left out, as a real switch's COUNTERS_DB lacks it."""
 
     def __init__(self, url: str, first: Snapshot) -> None:
         self.counters = redis.Redis.from_url(url, db=COUNTERS_DB)
@@ -145,6 +146,8 @@ class SnapshotSwitch:
         self._cells: list[tuple[int, int, str, str]] = []  # (row, col, object name, field)
         kinds: dict[str, str] = {}
         for col, spec in enumerate(first.counters):
+            if spec.name not in fields:
+                continue  # no COUNTERS_DB field (a link's state: SONiC keeps it in STATE_DB)
             source, field_name = fields[spec.name]
             for row, port in enumerate(first.ports):
                 if source == "sonic_port":
