@@ -26,7 +26,8 @@ T0 = 1_767_225_600 * NS
 
 
 def replayed(tmp_path: Path, faults: str, duration: int = 120, collector: str = "") -> list[Anomaly]:
-    return small_fabric.replayed(tmp_path, "link_corruption", faults, 11, duration, collector)
+    events = small_fabric.replayed(tmp_path, "link_corruption", faults, 11, duration, collector)
+    return [a for a in events if a.kind == "link_corruption"]
 
 
 def after(a: Anomaly, start_s: float) -> float:

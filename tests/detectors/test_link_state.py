@@ -22,7 +22,8 @@ T0 = 1_767_225_600 * NS
 
 
 def replayed(tmp_path: Path, faults: str, collector: str = "") -> list[Anomaly]:
-    return small_fabric.replayed(tmp_path, "link_down", faults, 5, 150, collector)
+    events = small_fabric.replayed(tmp_path, "link_down", faults, 5, 150, collector)
+    return [a for a in events if a.kind == "link_down"]
 
 
 def lifecycle(events: list[Anomaly]) -> list[Anomaly]:

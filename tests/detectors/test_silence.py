@@ -5,39 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fabricwatch.detectors.config import DetectorConfig
-from fabricwatch.detectors.pipeline import Pipeline
+from helpers import small_fabric
+
 from fabricwatch.detectors.silence import SilenceConfig, SilenceWatch
-from fabricwatch.ingest.simulator import load_scenario, simulate
-from fabricwatch.replay import replay_trace
 from fabricwatch.schemas.messages import Anomaly
 
 NS = 1_000_000_000
 T0 = 1_767_225_600 * NS
 
-SCENARIO = """\
-name: silence
-seed: 7
-duration: {duration}
-poll_interval: 1.0
-fabric: {{leaves: 2, spines: 4, hosts_per_leaf: 8}}
-collector: {{noise: 0.03, jitter_ms: 10}}
-jobs:
-  - name: dp
-    hosts: 16
-    schedule:
-      - {{op: AllReduce, begin: 0, end: {duration}, load: 0.35}}
-faults:
-{faults}
-"""
-
 
 def replayed(tmp_path: Path, faults: str, duration: int = 150) -> list[Anomaly]:
-    scenario = tmp_path / "silence.yaml"
-    scenario.write_text(SCENARIO.format(duration=duration, faults=faults))
-    trace = tmp_path / "silence.trace.gz"
-    simulate(load_scenario(scenario), trace)
-    return replay_trace(trace, Pipeline(DetectorConfig())).anomalies
+    return small_fabric.replayed(tmp_path, "silence", faults, 7, duration)
 
 
 def at(a: Anomaly, start_s: float) -> float:

@@ -29,15 +29,15 @@ faults:
 
 
 def replayed(
-    tmp_path: Path, kind: str, faults: str, seed: int, duration: int, collector: str = ""
+    tmp_path: Path, name: str, faults: str, seed: int, duration: int, collector: str = ""
 ) -> list[Anomaly]:
-    """The anomaly events of incident ``kind`` found in the scenario. ``faults``: YAML list items
-    (indented two spaces) or empty; ``collector``: more collector keys, each after a comma."""
-    scenario = tmp_path / f"{kind}.yaml"
+    """Every anomaly event found in the scenario. ``faults``: YAML list items (indented two
+    spaces) or empty; ``collector``: more collector keys, each after a comma."""
+    scenario = tmp_path / f"{name}.yaml"
     text = SCENARIO.format(
-        name=kind, seed=seed, duration=duration, collector=collector, faults=faults or "  []"
+        name=name, seed=seed, duration=duration, collector=collector, faults=faults or "  []"
     )
     scenario.write_text(text)
-    trace = tmp_path / f"{kind}.trace.gz"
+    trace = tmp_path / f"{name}.trace.gz"
     simulate(load_scenario(scenario), trace)
-    return [a for a in replay_trace(trace, Pipeline(DetectorConfig())).anomalies if a.kind == kind]
+    return replay_trace(trace, Pipeline(DetectorConfig())).anomalies
