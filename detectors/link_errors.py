@@ -13,7 +13,6 @@ transmitter or optic; errors at both ends at the cable between them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -23,7 +22,8 @@ from fabricwatch.detectors.evidence import capped, evidence, port_symptoms
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import LACK_OF_DATA_S
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
-from fabricwatch.schemas.config import AtLeastOne, Positive
+from fabricwatch.detectors.systematic import Systematic
+from fabricwatch.schemas.config import AtLeastOne, PollWindow, Positive
 from fabricwatch.schemas.messages import RootCause, Symptom
 
 _NS = 1_000_000_000
@@ -41,7 +41,7 @@ class LinkErrorsConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     healthy link's post-FEC error rate is far below it, a failing one's far above)."""
     persist_polls: AtLeastOne = 2
     """Polls with errors, of the last ``window_polls``, that make the errors systematic."""
-    window_polls: AtLeastOne = 3
+    window_polls: PollWindow = 3
     critical_ratio: Positive = 1e-4
     """Loss at or above this (0.01 % of frames) is critical: RoCE's retransmissions then cost
     about 10 % of the link's bandwidth. Below it, a warning: the part is failing."""
@@ -51,94 +51,53 @@ class LinkErrorsConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     lack_of_data_s: Positive = LACK_OF_DATA_S
 
 
-@dataclass
-class _Ports:
-    history: np.ndarray
-    """Per port, the last polls as bits (newest in bit 0): errors seen in that poll."""
-    active: np.ndarray
-    since_ns: np.ndarray
-    quiet_s: np.ndarray
-    """Per port, seconds of known polls without errors since the last with them (unknown polls
-    do not count: missing data is not a recovery)."""
-    known_ns: np.ndarray
-    peak_ratio: np.ndarray
-
-    @classmethod
-    def empty(cls, n: int) -> _Ports:
-        zeros = np.zeros(n, dtype=np.int64)
-        return cls(zeros.copy(), np.zeros(n, bool), zeros.copy(), np.zeros(n), zeros.copy(), np.zeros(n))
-
-    @property
-    def open(self) -> bool:
-        return bool(self.history.any() or self.active.any())
-
-
 class LinkErrors:
-    """Per device, per port, a bit history of polls with errors: vectorised over the ports, and free
+    """Per device, per port, a bit history of polls with errors (``systematic.Systematic``): free
     on the common poll, where no error counter moved and nothing is open."""
 
     def __init__(self, config: LinkErrorsConfig) -> None:
         self.config = config
-        self._mask = (1 << config.window_polls) - 1
-        codes = np.arange(1 << config.window_polls)
-        self._count = np.array([bin(c).count("1") for c in codes], dtype=np.int64)
-        self._age = np.array([int(c).bit_length() for c in codes], dtype=np.int64)
-        self._devices: dict[str, _Ports] = {}
+        self._streaks = Systematic(
+            config.persist_polls, config.window_polls, config.clear_after_s, config.lack_of_data_s
+        )
 
     def open(self, device: str) -> bool:
-        state = self._devices.get(device)
-        return state is not None and state.open
+        return self._streaks.open(device)
 
     def update(self, poll: Poll) -> list[Symptom]:
         frame = poll.frame
-        state = self._devices.get(frame.device)
-        if state is None and not frame.any_above_zero(SIGNALS):
+        if not self._streaks.tracked(frame.device) and not frame.any_above_zero(SIGNALS):
             return []  # no error counter moved and nothing open: the common poll, for free
         lost = _lost_frames(frame)
         if lost is None:
             return []
-        n = len(frame.ports)
-        if state is None or state.history.size != n:
-            state = self._devices[frame.device] = _Ports.empty(n)
-        cfg, ts = self.config, frame.ts_ns
+        cfg = self.config
         rx = frame.port("rx_packets")
-        frames = (np.full(n, np.nan) if rx is None else rx) + lost
+        frames = (np.full(len(frame.ports), np.nan) if rx is None else rx) + lost
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = np.where(frames > 0, lost / frames, np.nan)
         known = np.isfinite(lost)
         # Unknown traffic cannot make a moved error counter negligible: the errors still count.
         erroring = known & (lost * frame.dt_s >= 0.5) & ~(ratio < cfg.min_error_ratio)
-        state.history = np.where(known, ((state.history << 1) | erroring) & self._mask, state.history)
-        state.known_ns = np.where(known, ts, state.known_ns)
-        state.quiet_s = np.where(erroring, 0.0, np.where(known, state.quiet_s + frame.dt_s, state.quiet_s))
-        started = (self._count[state.history] >= cfg.persist_polls) & ~state.active
-        state.since_ns[started] = ts - self._age[state.history[started]] * int(frame.dt_s * _NS)
-        state.active |= started
-        # The peak of the polls in the window, those that opened the streak among them.
-        seen = np.where(erroring, ratio, 0.0)
-        state.peak_ratio = np.where(state.active | (state.history > 0), np.fmax(state.peak_ratio, seen), 0.0)
-        quiet_s = max(cfg.clear_after_s, cfg.window_polls * frame.dt_s)
-        cleared = state.active & known & (state.quiet_s >= quiet_s)
-        ended = state.active & (ts - state.known_ns > cfg.lack_of_data_s * _NS)
-        state.active &= ~(cleared | ended)
-        state.history[ended] = 0  # a streak found again needs polls that read it
+        step = self._streaks.step(frame.device, erroring, known, ratio, frame.ts_ns, frame.dt_s)
+        state = step.ports
 
         def found(p: int) -> dict[str, float | int | str]:
             return evidence(
                 6,
                 error_ratio=ratio[p],
-                peak_error_ratio=state.peak_ratio[p],
+                peak_error_ratio=state.peak[p],
                 damaged_fps=lost[p],
                 rx_pps=frames[p],
                 symbol_errors_ps=_at(frame.port("symbol_errors"), p),
                 fec_uncorrectable_ps=_at(frame.port("fec_uncorrectable_blocks"), p),
-                erroring_polls=f"{self._count[state.history[p]]} of the last {cfg.window_polls}",
-                severity="critical" if state.peak_ratio[p] >= cfg.critical_ratio else "warning",
+                erroring_polls=f"{step.polls(p)} of the last {cfg.window_polls}",
+                severity="critical" if state.peak[p] >= cfg.critical_ratio else "warning",
             )
 
         blind = f"no poll could read its error counters for over {cfg.lack_of_data_s:.0f} s"
         return port_symptoms(
-            "link_errors", frame, state.since_ns, (state.active, cleared, ended), found, blind
+            "link_errors", frame, state.since_ns, (state.active, step.cleared, step.ended), found, blind
         )
 
 

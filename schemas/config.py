@@ -26,6 +26,8 @@ Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
 """A share of something: above 0, at most 1."""
 AtLeastOne = Annotated[int, msgspec.Meta(ge=1)]
 """A count of polls, ports or partitions."""
+PollWindow = Annotated[int, msgspec.Meta(ge=1, le=8)]
+"""A window of polls kept as bits per port (``detectors.systematic``): 1 to 8."""
 
 SECTIONS = ("detectors", "broker", "alerts", "collect", "sonic", "gnmi")
 """The top-level keys a config file may hold; a component that adds one registers it here."""

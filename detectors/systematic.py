@@ -1,0 +1,105 @@
+"""Systematic, not random: per port, whether something bad (damaged frames, dropped packets) was
+seen in ``persist_polls`` of the last ``window_polls`` polls, and when it stopped for good.
+
+One burst (a reseated cable, a flap, a cosmic ray, one microburst) is not a failing part; the
+same thing poll after poll is. The history is a few bits per port (newest in bit 0), so a poll's
+work is a handful of array operations whatever the port count. Unknown polls neither extend nor
+break a streak and do not count towards recovery: missing data is not a recovery. A streak
+whose ports cannot be read for ``lack_of_data_s`` ends for lack of data, never as healed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+_NS = 1_000_000_000
+
+
+@dataclass
+class Ports:
+    """One device's streaks, an element per port."""
+
+    history: np.ndarray
+    """Per port, the last polls as bits (newest in bit 0): seen in that poll."""
+    active: np.ndarray
+    since_ns: np.ndarray
+    quiet_s: np.ndarray
+    """Per port, seconds of known polls without it since the last with it."""
+    known_ns: np.ndarray
+    peak: np.ndarray
+    """Per port, the largest measure of the polls in the window or the active streak."""
+
+    @classmethod
+    def empty(cls, n: int) -> Ports:
+        zeros = np.zeros(n, dtype=np.int64)
+        return cls(zeros.copy(), np.zeros(n, bool), zeros.copy(), np.zeros(n), zeros.copy(), np.zeros(n))
+
+    @property
+    def open(self) -> bool:
+        return bool(self.history.any() or self.active.any())
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one poll did to a device's streaks: masks per port."""
+
+    ports: Ports
+    cleared: np.ndarray
+    ended: np.ndarray
+
+    def polls(self, p: int) -> int:
+        return int(_COUNT[self.ports.history[p]])
+
+
+_WINDOW_MAX = 8
+_COUNT = np.array([bin(c).count("1") for c in range(1 << _WINDOW_MAX)], dtype=np.int64)
+_AGE = np.array([c.bit_length() for c in range(1 << _WINDOW_MAX)], dtype=np.int64)
+
+
+class Systematic:
+    """Per device, per port, a bit history of polls in which a condition was seen."""
+
+    def __init__(
+        self, persist_polls: int, window_polls: int, clear_after_s: float, lack_of_data_s: float
+    ) -> None:
+        if not 0 < window_polls <= _WINDOW_MAX:
+            raise ValueError(f"window_polls must be between 1 and {_WINDOW_MAX}, not {window_polls}")
+        self.persist_polls = persist_polls
+        self.window_polls = window_polls
+        self.clear_after_s = clear_after_s
+        self.lack_of_data_s = lack_of_data_s
+        self._mask = (1 << window_polls) - 1
+        self._devices: dict[str, Ports] = {}
+
+    def open(self, device: str) -> bool:
+        state = self._devices.get(device)
+        return state is not None and state.open
+
+    def tracked(self, device: str) -> bool:
+        return device in self._devices
+
+    def step(
+        self, device: str, seen: np.ndarray, known: np.ndarray, measure: np.ndarray, ts_ns: int, dt_s: float
+    ) -> Step:
+        """One poll: ``seen`` where the condition held, ``known`` where the poll could tell,
+        ``measure`` its size (the peak kept is the largest of the window's polls that saw it)."""
+        n = seen.size
+        state = self._devices.get(device)
+        if state is None or state.history.size != n:
+            state = self._devices[device] = Ports.empty(n)
+        state.history = np.where(known, ((state.history << 1) | seen) & self._mask, state.history)
+        state.known_ns = np.where(known, ts_ns, state.known_ns)
+        state.quiet_s = np.where(seen, 0.0, np.where(known, state.quiet_s + dt_s, state.quiet_s))
+        started = (_COUNT[state.history] >= self.persist_polls) & ~state.active
+        state.since_ns[started] = ts_ns - _AGE[state.history[started]] * int(dt_s * _NS)
+        state.active |= started
+        counted = np.where(seen, measure, 0.0)
+        state.peak = np.where(state.active | (state.history > 0), np.fmax(state.peak, counted), 0.0)
+        quiet_s = max(self.clear_after_s, self.window_polls * dt_s)
+        cleared = state.active & known & (state.quiet_s >= quiet_s)
+        ended = state.active & (ts_ns - state.known_ns > self.lack_of_data_s * _NS)
+        state.active &= ~(cleared | ended)
+        state.history[ended] = 0  # a streak found again needs polls that read it
+        return Step(state, cleared, ended)
