@@ -81,6 +81,7 @@ class Alerter:
         self._pushes = 0
         self._routes: dict[str, list[tuple[str, Route]]] = {}
         self._storms: dict[str, frozenset[str]] = {}
+        self._firing: set[str] = set()
         self._sources: dict[str, dict[str, str]] = {}
         self._source_matchers = [r.source for r in config.inhibit_rules]
         self._opened_by: dict[str, Any] = {}
@@ -164,7 +165,9 @@ class Alerter:
         if alert.resolved:
             self._storms.pop(fp, None)
             self._sources.pop(fp, None)
+            self._firing.discard(fp)
             return
+        self._firing.add(fp)
         if anomaly.kind == "pfc_storm":
             self._storms[fp] = frozenset(anomaly.devices)
         if any(all(m.matches(alert.labels) for m in src) for src in self._source_matchers):
@@ -177,6 +180,8 @@ class Alerter:
         silences = (*self.config.silences, *self._extra_silences())
         if any(s.mutes(labels, now) for s in silences):
             return True
+        if labels.get("caused_by") in self._firing:
+            return True  # its cause pages for it (drops at a dead link's port)
         if labels.get("kind") in self.config.storm_inhibits and any(
             sfp != alert.fingerprint and labels.get("device") in devices
             for sfp, devices in self._storms.items()

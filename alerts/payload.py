@@ -89,6 +89,8 @@ def anomaly_alert(anomaly: Anomaly, static: dict[str, str], generator_url: str =
         labels["ecmp_group" if anomaly.kind == "ecmp_collapse" else "root_group"] = root.group
     if anomaly.jobs:
         labels["job"] = ",".join(anomaly.jobs)
+    if anomaly.caused_by:
+        labels["caused_by"] = anomaly.caused_by
     annotations = {"summary": anomaly.summary}
     if anomaly.hint:
         annotations["remediation"] = anomaly.hint

@@ -7,6 +7,8 @@ against precision, which measures the "one incident per root cause" promise. Whe
 kind run at once, an incident at one's root is not evidence for the other (two faults merged into
 one incident find one of them), and a label's delay is its own root's incident's when it has one.
 An incident that overlaps no label is a false alert; benign look-alike labels never match anything.
+An incident that fired linked to the incident causing it (``Anomaly.caused_by``: drops at an
+incast's queue) is part of that one's alert and is not scored on its own.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class Incident:
     start_ns: int
     first_alert_ns: int
     end_ns: int
+    caused_by: str = ""
 
 
 @dataclass
@@ -114,7 +117,9 @@ def incidents_of(anomalies: list[Anomaly]) -> list[Incident]:
         if inc is None or a.status == "firing":
             if inc is not None:
                 done.append(inc)
-            inc = open_[a.fingerprint] = Incident(a.fingerprint, a.kind, a.root, a.start_ns, a.ts_ns, a.ts_ns)
+            inc = open_[a.fingerprint] = Incident(
+                a.fingerprint, a.kind, a.root, a.start_ns, a.ts_ns, a.ts_ns, a.caused_by
+            )
         inc.end_ns = a.end_ns if a.end_ns is not None else max(inc.end_ns, a.ts_ns)
         if a.status == "resolved":
             done.append(open_.pop(a.fingerprint))
@@ -130,7 +135,8 @@ def evaluate(
 ) -> Evaluation:
     """``context``: every label of the trace, where ``labels`` are some of them (one label scored
     alone still knows which incidents belong to the faults beside it)."""
-    incidents = incidents_of(anomalies)
+    # An incident another causes fired linked to it: part of its cause's alert, never paged alone.
+    incidents = [i for i in incidents_of(anomalies) if not i.caused_by]
     faults = [lb for lb in labels if lb.kind != "benign"]
     beside = [lb for lb in (context if context is not None else labels) if lb.kind != "benign"]
     grace = int(2 * poll_s * _NS)

@@ -32,6 +32,8 @@ class Incident:
     """What to do, where it is not the kind's usual remedy (its declaration's ``hint``)."""
     quiet_since_ns: int | None = None
     interval_ns: int = NS
+    caused_by: str = ""
+    """The fingerprint of the incident that causes this one (its kind's ``caused_by``), if any."""
 
 
 @dataclass

@@ -134,25 +134,63 @@ class Correlator:
         placement = Placement(self, self._explained())
         groups = self._group(placement)
         out = []
-        for fp, group in groups.items():
+        kinds = self.registry.incidents
+        # Kinds that another may cause come last, so that a cause found this tick is open first.
+        for fp, group in sorted(groups.items(), key=lambda item: bool(kinds[item[1].kind].caused_by)):
             incident = self._incidents.get(fp)
             if incident is None:
                 if not self._ripe(fp, group, now_ns, placement):
                     continue
                 incident = self._incidents[fp] = Incident(group.kind, group.root, fp, group.start_ns, now_ns)
-                self.describer.describe(incident, group, set(self._active))
+                self._link_cause(incident, group, groups)
+                self._describe(incident, group)
                 out.append(self._anomaly(incident, "firing", now_ns))
                 continue
             incident.quiet_since_ns = None
             incident.last_ns = now_ns
             before = self._news(incident)
-            self.describer.describe(incident, group, set(self._active))
+            self._describe(incident, group)
             if self._news(incident) != before:
                 out.append(self._anomaly(incident, "updated", now_ns))
         self._pending = {fp: t for fp, t in self._pending.items() if fp in groups}
         out += self._resolve(groups, now_ns)
         self.jobs.prune(now_ns)
         return out
+
+    def _describe(self, incident: Incident, group: Group) -> None:
+        self.describer.describe(incident, group, set(self._active))
+        if incident.caused_by:
+            incident.summary += f"; caused by the {incident.evidence.get('caused_by', 'incident')}"
+
+    def _link_cause(self, incident: Incident, group: Group, groups: dict[str, Group]) -> None:
+        """Link a new incident of a kind that declares ``caused_by`` to the open incident of one of
+        those kinds that shares a port with it (a root's or a symptom's port, either end of a
+        link), the earliest such. Decided once, when it fires: what paged stays paged."""
+        causes = self.registry.incidents[group.kind].caused_by
+        if not causes:
+            return
+        ports = self._ports(group.root, group.members)
+        devices = {d for d, _ in ports}
+
+        def shares(fp: str, i: Incident) -> bool:
+            if i.root.group and not i.root.port:  # a group's incident (ECMP): any port of its device
+                return i.root.device in devices
+            return bool(ports & self._ports(i.root, groups[fp].members if fp in groups else []))
+
+        found = [(i.start_ns, fp) for fp, i in self._incidents.items() if i.kind in causes and shares(fp, i)]
+        if found:
+            fp = min(found)[1]
+            cause = self._incidents[fp]
+            at = f"{cause.root.device} {cause.root.port}".strip()
+            incident.caused_by = fp
+            incident.evidence["caused_by"] = f"{self.registry.incidents[cause.kind].title.lower()} at {at}"
+
+    def _ports(self, root: RootCause, members: list[Symptom]) -> set[tuple[str, str]]:
+        """The ports of an incident, and those cabled to them: drops at either end of a link."""
+        ends = {(root.device, root.port)} | {(m.device, m.port) for m in members}
+        ends = {e for e in ends if e[1]}
+        peers = {self.fabric.peer(*e) for e in ends}
+        return ends | {p for p in peers if p is not None}
 
     def _news(self, incident: Incident) -> tuple:
         """What, changed, makes an ``updated`` event: the rest (a peak, a rate) changes every poll."""
@@ -217,6 +255,7 @@ class Correlator:
                 evidence=dict(a.evidence),
                 summary=a.summary,
                 hint=a.hint,
+                caused_by=a.caused_by,
                 interval_ns=int(self.config.unrefreshed_s * NS * 2 / 5),
             )
             taken += 1
@@ -412,4 +451,5 @@ class Correlator:
             jobs=list(incident.jobs),
             collectives=list(incident.collectives),
             evidence=dict(incident.evidence),
+            caused_by=incident.caused_by,
         )

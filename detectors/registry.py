@@ -16,7 +16,16 @@ from contextlib import contextmanager
 
 import msgspec
 
-from fabricwatch.detectors import ecmp, incast, link_errors, link_state, nic_congestion, pfc_storm, silence
+from fabricwatch.detectors import (
+    drops,
+    ecmp,
+    incast,
+    link_errors,
+    link_state,
+    nic_congestion,
+    pfc_storm,
+    silence,
+)
 from fabricwatch.detectors.outliers import detector as outliers
 from fabricwatch.detectors.spec import Detector, IncidentKind, SymptomKind
 from fabricwatch.schemas import vocabulary
@@ -30,6 +39,7 @@ DETECTORS: tuple[Detector, ...] = (
     nic_congestion.DETECTOR,
     link_errors.DETECTOR,
     link_state.DETECTOR,
+    drops.DETECTOR,
     outliers.DETECTOR,
     silence.DETECTOR,
 )

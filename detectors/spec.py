@@ -169,6 +169,11 @@ class IncidentKind:
     """Whether a group of this kind is a link that damages or drops frames: NICs whose only oddity
     is retransmissions, on hosts that share a job with its NIC ends, are its echo and join it
     (``Correlator._fold_retransmission_echoes``)."""
+    caused_by: tuple[str, ...] = ()
+    """Incident kinds that, open at one of its ports when it fires (their root's or a symptom's
+    port, or either end of the link), cause it: it fires linked to that incident
+    (``Anomaly.caused_by``) and the alerter does not page it on its own (drops at an incast's
+    overflowing queue, at a dead link)."""
 
 
 @dataclass(frozen=True)

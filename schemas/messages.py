@@ -169,6 +169,9 @@ class Anomaly(msgspec.Struct, tag="anomaly", tag_field="type", omit_defaults=Tru
     jobs: list[str] = msgspec.field(default_factory=list)
     collectives: list[str] = msgspec.field(default_factory=list)
     evidence: dict[str, float | int | str] = msgspec.field(default_factory=dict)
+    caused_by: str = ""
+    """The fingerprint of the incident that causes this one (drops at a dead link's port, at an
+    incast's overflowing queue), set when it fires: the alerter pages the cause, not this."""
     v: int = SCHEMA_VERSION
 
 

@@ -34,6 +34,7 @@ def anomaly_columns(new: list[Anomaly]) -> dict:
         "jobs": [list(a.jobs) for a in new],
         "collectives": [list(a.collectives) for a in new],
         "evidence": [json.dumps(a.evidence, sort_keys=True) for a in new],
+        "caused_by": [a.caused_by for a in new],
     }
 
 

@@ -17,6 +17,7 @@ from fabricwatch.storage.schema import (
     Dialect,
     SchemaOptions,
     anomalies_latest,
+    anomaly_caused_by,
     anomaly_events,
     comm_graph,
     device_latest,
@@ -35,7 +36,7 @@ def _v1(g: DDL) -> list[str]:
     out = rates_raw(g, METRICS_V1)
     for name in ROLLUPS:
         out += rollup_v1(g, name)
-    return out + device_latest(g) + anomaly_events(g) + phases(g) + topology(g)
+    return out + device_latest(g) + anomaly_events(g, caused_by=False) + phases(g) + topology(g)
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,15 @@ class Migration:
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "rates_raw, rollups 10s/1m/1h, device_latest, anomaly_events, phases, topology", _v1),
-    Migration(2, "anomalies_latest: newest event per incident, backfilled", anomalies_latest),
+    Migration(
+        2,
+        "anomalies_latest: newest event per incident, backfilled",
+        lambda g: anomalies_latest(g, caused_by=False),
+    ),
     Migration(3, "rollups as plain sums, counts and maxima, each view reading raw rows", rollups_v3),
     Migration(4, "link health, drops, PG watermarks and PFC watchdog metrics", metrics_v4),
     Migration(5, "comm_edges, comm_ranks: each job's communication graph", comm_graph),
+    Migration(6, "anomalies: caused_by, the incident that causes this one", anomaly_caused_by),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

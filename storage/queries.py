@@ -289,7 +289,7 @@ def anomalies_from_store(store: Any, since_ns: int | None = None) -> list[Anomal
     where = f" WHERE coalesce(end_ns, ts_ns) >= {int(since_ns)}" if since_ns is not None else ""
     rows = store.query(
         "SELECT fingerprint, kind, severity, status, start_ns, ts_ns, end_ns, root_device, root_port, "
-        "root_priority, root_group, summary, hint, devices, hosts, jobs, collectives, evidence "
+        "root_priority, root_group, summary, hint, devices, hosts, jobs, collectives, evidence, caused_by "
         f"FROM anomalies_latest FINAL{where} ORDER BY start_ns"
     )
     return [
@@ -309,6 +309,7 @@ def anomalies_from_store(store: Any, since_ns: int | None = None) -> list[Anomal
             jobs=list(r[15]),
             collectives=list(r[16]),
             evidence=json.loads(r[17]) if r[17] else {},
+            caused_by=r[18],
         )
         for r in rows
     ]

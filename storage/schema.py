@@ -412,7 +412,8 @@ def device_latest(g: DDL) -> list[str]:
     return out
 
 
-def _anomaly_columns(d: Dialect) -> list[str]:
+def _anomaly_columns(d: Dialect, caused_by: bool = True) -> list[str]:
+    """``caused_by``: the column v6 added (a v1 or v2 store is built without it, then migrated)."""
     return [
         "fingerprint String",
         f"kind {d.lc()}",
@@ -435,13 +436,13 @@ def _anomaly_columns(d: Dialect) -> list[str]:
         "jobs Array(String)",
         "collectives Array(String)",
         "evidence String",
-    ]
+    ] + (["caused_by String"] if caused_by else [])
 
 
-def anomaly_events(g: DDL) -> list[str]:
+def anomaly_events(g: DDL, caused_by: bool = True) -> list[str]:
     return g.table(
         "anomaly_events",
-        _anomaly_columns(g.d),
+        _anomaly_columns(g.d, caused_by),
         "ReplacingMergeTree",
         "kind, fingerprint, ts_ns, status",
         "toDate(start)",
@@ -449,12 +450,12 @@ def anomaly_events(g: DDL) -> list[str]:
     )
 
 
-def anomalies_latest(g: DDL) -> list[str]:
+def anomalies_latest(g: DDL, caused_by: bool = True) -> list[str]:
     """Schema v2: one row per incident, its newest event (ReplacingMergeTree on ``ts_ns``), so
     "what is firing now" reads one small table with FINAL instead of grouping every event."""
     out = g.table(
         "anomalies_latest",
-        _anomaly_columns(g.d),
+        _anomaly_columns(g.d, caused_by),
         "ReplacingMergeTree",
         "kind, fingerprint",
         "toDate(start)",
@@ -467,6 +468,20 @@ def anomalies_latest(g: DDL) -> list[str]:
     db = g.o.database
     out.append(f"INSERT INTO {db}.anomalies_latest SELECT * FROM {db}.anomaly_events")
     return out
+
+
+def anomaly_caused_by(g: DDL) -> list[str]:
+    """Schema v6: ``caused_by``, the incident that causes this one (``Anomaly.caused_by``), added
+    last to both anomaly tables; the view between them is made again to carry it. Rows stored
+    before read it as empty: nothing was linked then."""
+    db, cluster = g.o.database, g.on_cluster()
+    out = []
+    for table in ("anomaly_events", "anomalies_latest"):
+        fronts = [g.local(table)] + ([f"{db}.{table}"] if g.o.cluster else [])
+        out += [f"ALTER TABLE {front}{cluster}\n    ADD COLUMN caused_by String" for front in fronts]
+    select = f"SELECT * FROM {g.local('anomaly_events')}"
+    drop = f"DROP TABLE IF EXISTS {db}.anomalies_latest_mv{cluster}"
+    return [*out, drop, g.view("anomalies_latest_mv", "anomalies_latest", select)]
 
 
 def phases(g: DDL) -> list[str]:

@@ -50,6 +50,7 @@ class FabricState:
     pause_fps: np.ndarray  # pause frames/s the receiver sends while pausing all the time
     errors: np.ndarray  # corrupted packets/s seen by the link's receiver
     symbols: np.ndarray  # symbol errors/s at the link's receiver: a bad link corrupts idles too
+    ingress_drops: np.ndarray  # lossless packets/s the link's receiving switch drops at ingress
     nic_ecn: np.ndarray
     nic_cnp_sent: np.ndarray
     nic_cnp_received: np.ndarray
@@ -65,6 +66,7 @@ def solve(fabric: Fabric, flows: Flows, active: list[tuple[Condition, int]]) -> 
     wire = spec.mtu + HEADER_BYTES
     cap = fabric.link_cap.copy()
     loss = np.zeros(n_links + 1)
+    dropped = np.zeros(n_links + 1)
     demand = flows.demand.copy()
     paused = np.zeros(n_links + 1, dtype=bool)
     down = np.zeros(n_links + 1, dtype=bool)
@@ -76,6 +78,8 @@ def solve(fabric: Fabric, flows: Flows, active: list[tuple[Condition, int]]) -> 
             cap[[fabric.nic_up[cond.nic], fabric.nic_down[cond.nic]]] *= cond.amount
         elif cond.kind == "loss":
             loss[list(cond.links)] = cond.amount
+        elif cond.kind == "drop":
+            dropped[list(cond.links)] = cond.amount
         elif cond.kind == "down":
             down[list(cond.links)] = True
         elif cond.kind == "stall":
@@ -112,7 +116,7 @@ def solve(fabric: Fabric, flows: Flows, active: list[tuple[Condition, int]]) -> 
     flow_pkts = rate / wire
     flow_marked = flow_pkts * (1.0 - np.prod(1.0 - np.append(mark_p, 0.0)[paths], axis=1))
     flow_cnp = np.minimum(flow_marked, flows.qps * CNP_PER_QP_PER_S)
-    flow_lost = flow_pkts * (1.0 - np.prod(1.0 - loss[paths], axis=1))
+    flow_lost = flow_pkts * (1.0 - np.prod((1.0 - loss[paths]) * (1.0 - dropped[paths]), axis=1))
     seq_err = np.bincount(flows.src, flow_lost, n_nics)
     return FabricState(
         bps=bps,
@@ -124,6 +128,7 @@ def solve(fabric: Fabric, flows: Flows, active: list[tuple[Condition, int]]) -> 
         pause=pause,
         pause_fps=2 * fabric.link_cap * 8 / PAUSE_QUANTA_BITS,
         errors=pps * loss[:-1],
+        ingress_drops=pps * dropped[:-1],
         symbols=cap / wire * loss[:-1] * SYMBOLS_PER_BAD_FRAME,
         nic_ecn=np.bincount(flows.dst, flow_marked, n_nics),
         nic_cnp_sent=np.bincount(flows.dst, flow_cnp, n_nics),

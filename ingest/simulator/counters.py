@@ -26,6 +26,8 @@ QUEUE = 3  # the lossless queue all RoCE traffic uses
 _PFC = ("rx_pfc_frames", "tx_pfc_frames", "rx_pfc_duration_us", "tx_pfc_duration_us")
 _NIC_32BIT = ("out_of_buffer", "out_of_sequence", "packet_seq_err", "local_ack_timeout_err")
 _LINK = ("carrier_changes", "link_downed", "oper_down")
+_ADDED = ("pg_drops",)
+"""Columns added after the link-state ones, drawn from the link columns' generator after them."""
 NIC_COUNTERS = (
     ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets", "rx_discards", "rx_errors", "symbol_errors"),
     _LINK,
@@ -48,6 +50,7 @@ SWITCH_COUNTERS = (
     _PFC,
     ("queue_tx_bytes", "queue_tx_packets", "queue_drops", "queue_ecn_marked_packets"),
     ("queue_occupancy_bytes", "queue_watermark_bytes"),
+    _ADDED,
 )
 # Columns that follow traffic leaving (tx) or entering (rx) the port: they share that link's noise.
 _TX_NOISY = {
@@ -123,6 +126,8 @@ def rates(fabric: Fabric, st: FabricState) -> Rates:
     sw[:, t.col("queue_tx_packets", QUEUE)] = st.pps[out]
     sw[:, t.col("queue_drops", QUEUE)] = st.drops[out]
     sw[:, t.col("queue_ecn_marked_packets", QUEUE)] = st.marks[out]
+    sw[:, t.col("pg_drops", QUEUE)] = st.ingress_drops[inn]
+    sw[:, t.col("rx_discards")] = st.ingress_drops[inn]  # SAI's IF_IN_DISCARDS counts PG drops too
     return Rates(nic, sw, st.queue[out], st.util)
 
 
@@ -182,12 +187,15 @@ def _offsets(table: Table, rows: int, start: str, rng: np.random.Generator) -> n
     """Counters of a device that has been up for a while: anywhere in their range, or about to wrap.
 
     The link-state columns draw from a generator of their own, so that adding them left every
-    other random stream of a seeded scenario (noise, gaps, jitter) as it was."""
+    other random stream of a seeded scenario (noise, gaps, jitter) as it was; columns added since
+    draw from it after them, leaving theirs as they were too."""
     link = np.array([s.name in _LINK for s in table.specs])
+    added = np.array([s.name in _ADDED for s in table.specs])
     out = np.zeros((rows, len(table.specs)), dtype=np.uint64)
     own = np.random.default_rng(rng.bit_generator.seed_seq.spawn(1)[0])  # type: ignore[attr-defined]
-    for cols, draw in ((~link, rng), (link, own)):
-        out[:, cols] = _draw(table.mask32[cols], rows, start, draw)
+    for cols, draw in ((~link & ~added, rng), (link, own), (added, own)):
+        if cols.any():
+            out[:, cols] = _draw(table.mask32[cols], rows, start, draw)
     return out
 
 

@@ -37,7 +37,8 @@ class Condition:
 
     ``kind`` is ``stall`` (NIC ``nic`` stops draining and pauses its leaf), ``switch_stall`` (the
     switch egress feeding directed link ``links[0]`` stops draining, unpaused), ``loss`` (directed
-    links ``links`` drop ``amount`` of their packets) or ``slow`` (NIC ``nic`` runs at ``amount`` of
+    links ``links`` damage ``amount`` of their packets), ``drop`` (their receiving switch drops
+    ``amount`` at ingress, on the lossless priority), ``down`` or ``slow`` (NIC ``nic`` runs at ``amount`` of
     its line rate). A stall spreads one hop per ``step`` seconds, so its stage is the hop count
     reached.
     """
@@ -260,6 +261,19 @@ def _add_burst_of_errors(c: _Context, f: sc_mod.ErrorBurst, i: int, job: str, en
     return _label(c.sc, "benign", f.start, end, root, [], note)
 
 
+def _add_drops(
+    c: _Context, f: sc_mod.HeadroomDrops | sc_mod.DropBurst, i: int, job: str, end: float
+) -> Label:
+    port, root = _link_end(c.fabric, f.device, f.port)
+    links = (int(c.fabric.port_in[port]),)
+    c.plan.conditions.append(Condition("drop", f.start, end, links=links, amount=f.drop_rate))
+    if isinstance(f, sc_mod.DropBurst):
+        note = f"drop_burst: {f.drop_rate:g} of what {root.device} {root.port} receives dropped once"
+        return _label(c.sc, "benign", f.start, end, root, [], note)
+    note = f"headroom_drops: {f.drop_rate:g} of the lossless priority dropped at ingress (headroom too small)"
+    return _label(c.sc, "packet_loss", f.start, end, root, [], note)
+
+
 def _link_end(fabric: Fabric, device: str, port: str) -> tuple[int, RootCause]:
     """A fault's link end: its port index in the fabric and its root."""
     if device in fabric.switches:
@@ -323,6 +337,8 @@ _ADDERS = {
     sc_mod.Idle: _add_idle,
     sc_mod.LossyLink: _add_lossy,
     sc_mod.ErrorBurst: _add_burst_of_errors,
+    sc_mod.HeadroomDrops: _add_drops,
+    sc_mod.DropBurst: _add_drops,
     sc_mod.NicSlowdown: _add_slowdown,
     sc_mod.DeviceSilent: _add_silent,
     sc_mod.LinkDown: _add_link_down,

@@ -190,6 +190,24 @@ class ErrorBurst(_Fault, tag="error_burst"):
     loss_rate: float = 1e-3
 
 
+class HeadroomDrops(_Fault, tag="headroom_drops"):
+    """Switch ``device``'s ``port`` drops ``drop_rate`` of what it receives on the lossless
+    priority at ingress: its PFC headroom is too small for the cable (XOFF sent too late)."""
+
+    device: str
+    port: str
+    drop_rate: float = 1e-4
+
+
+class DropBurst(_Fault, tag="drop_burst"):
+    """Lossless ingress drops at ``device`` ``port`` over within a poll: a look-alike of
+    ``headroom_drops`` (one burst outran the headroom once)."""
+
+    device: str
+    port: str
+    drop_rate: float = 1e-3
+
+
 class LinkDown(_Fault, tag="link_down"):
     """The link of ``device`` (``port`` on a switch) goes down: for the whole fault (a dead link),
     or ``flaps`` times with ``up_s`` of link up between the spells (a flapping link)."""
@@ -222,6 +240,8 @@ Fault = (
     | Idle
     | LossyLink
     | ErrorBurst
+    | HeadroomDrops
+    | DropBurst
     | LinkDown
     | NicSlowdown
     | DeviceSilent
@@ -553,6 +573,8 @@ def _check_faults(sc: Scenario, names: _Names, p: _Problems) -> None:
             _check_load(fault.load, f"{path}.load", p)
         elif isinstance(fault, LossyLink):
             _check_lossy(fault, path, names, p)
+        elif isinstance(fault, HeadroomDrops | DropBurst):
+            _check_drops(fault, path, names, p)
         elif isinstance(fault, NicSlowdown):
             p.require(names.host(fault.nic) or names.nic(fault.nic), f"{path}.nic", _host(fault.nic))
             p.require(0 < fault.factor < 1, f"{path}.factor", "must be in (0, 1)")
@@ -597,3 +619,12 @@ def _check_lossy(fault: LossyLink, path: str, names: _Names, p: _Problems) -> No
         ok = names.switch_port(fault.device, fault.port)
         p.require(ok, f"{path}.port", f"unknown port {fault.port!r} on {fault.device}")
     p.require(0 < fault.loss_rate < 0.1, f"{path}.loss_rate", "must be in (0, 0.1)")
+
+
+def _check_drops(fault: HeadroomDrops | DropBurst, path: str, names: _Names, p: _Problems) -> None:
+    switch = names.leaf(fault.device) or names.spine(fault.device)
+    p.require(switch, f"{path}.device", f"{_unknown(fault.device)} (drops at ingress are a switch's)")
+    if switch:
+        ok = names.switch_port(fault.device, fault.port)
+        p.require(ok, f"{path}.port", f"unknown port {fault.port!r} on {fault.device}")
+    p.require(0 < fault.drop_rate < 0.1, f"{path}.drop_rate", "must be in (0, 0.1)")

@@ -139,6 +139,7 @@ def test_a_detector_that_reads_every_poll_stops_its_device_kind_being_skipped():
         | {"rx_ecn_marked_packets", "cnp_sent", "cnp_received"}
         | {"rx_crc_errors", "rx_errors", "fec_uncorrectable_blocks"}
         | {"oper_down", "link_downed", "carrier_changes"}
+        | {"pg_drops", "rx_prio_discards", "queue_drops", "rx_discards", "tx_discards"}
     )
     assert REGISTRY.calm_signals("switch") is None  # incast and ECMP read every switch poll
 
@@ -188,6 +189,7 @@ def test_every_shipped_kind_says_what_a_user_sees():
         "device_silent",
         "link_corruption",
         "link_down",
+        "packet_loss",
     }
     assert REGISTRY.kinds(needs_model=True) == {"outlier"}
 

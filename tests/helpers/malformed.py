@@ -90,7 +90,9 @@ def _truncated(rng: random.Random, value: bytes, i: int) -> bytes:
 def _wrong_type(rng: random.Random, value: bytes, i: int) -> bytes:
     doc = _fake(_doc(value), i)
     key = rng.choice([k for k in doc if k != "type"])
-    doc[key] = rng.choice([[1, 2], {"x": 1}, "seven", 3.5, None, True])
+    # A value of the field's own type is no wrong type: "seven" as a device's name is a new device.
+    wrong = [v for v in ([1, 2], {"x": 1}, "seven", 3.5, None, True) if type(v) is not type(doc[key])]
+    doc[key] = rng.choice(wrong)
     return msgspec.json.encode(doc)
 
 
