@@ -117,18 +117,24 @@ class Drops:
 
     def _dropped(self, frame: RateFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per port, packets per second dropped on the lossless classes, on the lossy ones, at
-        ingress and at egress (NaN where unknown). Each direction counts the larger of the
-        per-class counters and the port's own discards: most devices count a class's drop in both."""
+        ingress and at egress (NaN where unknown). Ingress counts a priority group's drops or a
+        priority's discards, whichever is larger (a device keeps one or the other); each direction
+        counts the larger of its classes' sum and the port's own discards, which most devices
+        count a class's drop in too."""
         n = len(frame.ports)
-        pg = _row_sum(frame.aligned("pg_drops", self._lossless), n)
-        prio = _row_sum(frame.aligned("rx_prio_discards", self._lossless), n)
-        queues, numbers = frame.indexed("queue_drops")
-        is_lossless = np.isin(numbers, self._lossless)
-        queue_lossless = _row_sum(queues[:, is_lossless] if numbers.size else None, n)
-        queue_lossy = _row_sum(queues[:, ~is_lossless] if numbers.size else None, n)
-        ingress = np.fmax(_add(pg, prio), _column(frame, "rx_discards", n))
+        pg_lossless, pg_lossy = self._by_class(frame, "pg_drops", n)
+        prio_lossless, prio_lossy = self._by_class(frame, "rx_prio_discards", n)
+        queue_lossless, queue_lossy = self._by_class(frame, "queue_drops", n)
+        in_lossless, in_lossy = np.fmax(pg_lossless, prio_lossless), np.fmax(pg_lossy, prio_lossy)
+        ingress = np.fmax(_add(in_lossless, in_lossy), _column(frame, "rx_discards", n))
         egress = np.fmax(_add(queue_lossless, queue_lossy), _column(frame, "tx_discards", n))
-        return _add(pg, prio, queue_lossless), queue_lossy, ingress, egress
+        return _add(in_lossless, queue_lossless), _add(in_lossy, queue_lossy), ingress, egress
+
+    def _by_class(self, frame: RateFrame, name: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """A per-priority or per-queue drop counter summed over the lossless and the lossy ones."""
+        values, numbers = frame.indexed(name)
+        lossless = np.isin(numbers, self._lossless)
+        return _row_sum(values[:, lossless], n), _row_sum(values[:, ~lossless], n)
 
 
 def _cause(p: int, lossless: np.ndarray, lossy: np.ndarray, down: np.ndarray | None) -> str:
@@ -153,9 +159,9 @@ def _column(frame: RateFrame, name: str, n: int) -> np.ndarray:
     return np.full(n, np.nan) if found is None else found
 
 
-def _row_sum(matrix: np.ndarray | None, n: int) -> np.ndarray:
+def _row_sum(matrix: np.ndarray, n: int) -> np.ndarray:
     """Per port, the sum over a ports x classes matrix; NaN where every class is unknown."""
-    if matrix is None or matrix.shape[1] == 0:
+    if matrix.shape[1] == 0:
         return np.full(n, np.nan)
     return np.where(np.isfinite(matrix).any(axis=1), np.nansum(matrix, axis=1), np.nan)
 

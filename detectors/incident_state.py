@@ -34,6 +34,8 @@ class Incident:
     interval_ns: int = NS
     caused_by: str = ""
     """The fingerprint of the incident that causes this one (its kind's ``caused_by``), if any."""
+    cause: str = ""
+    """That incident in words (its title and root), said in this one's summary and evidence."""
 
 
 @dataclass

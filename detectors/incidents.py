@@ -160,7 +160,8 @@ class Correlator:
     def _describe(self, incident: Incident, group: Group) -> None:
         self.describer.describe(incident, group, set(self._active))
         if incident.caused_by:
-            incident.summary += f"; caused by the {incident.evidence.get('caused_by', 'incident')}"
+            incident.evidence["caused_by"] = incident.cause
+            incident.summary += f"; caused by the {incident.cause}"
 
     def _link_cause(self, incident: Incident, group: Group, groups: dict[str, Group]) -> None:
         """Link a new incident of a kind that declares ``caused_by`` to the open incident of one of
@@ -183,7 +184,7 @@ class Correlator:
             cause = self._incidents[fp]
             at = f"{cause.root.device} {cause.root.port}".strip()
             incident.caused_by = fp
-            incident.evidence["caused_by"] = f"{self.registry.incidents[cause.kind].title.lower()} at {at}"
+            incident.cause = f"{self.registry.incidents[cause.kind].title.lower()} at {at}"
 
     def _ports(self, root: RootCause, members: list[Symptom]) -> set[tuple[str, str]]:
         """The ports of an incident, and those cabled to them: drops at either end of a link."""
@@ -256,6 +257,7 @@ class Correlator:
                 summary=a.summary,
                 hint=a.hint,
                 caused_by=a.caused_by,
+                cause=str(a.evidence.get("caused_by", "")),
                 interval_ns=int(self.config.unrefreshed_s * NS * 2 / 5),
             )
             taken += 1

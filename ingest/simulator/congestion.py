@@ -124,7 +124,8 @@ def solve(fabric: Fabric, flows: Flows, active: list[tuple[Condition, int]]) -> 
         util=bps / cap,
         queue=queue,
         marks=mark_p * pps,
-        drops=drop_bps / wire,
+        # A switch drops what is routed to a link that is down until its senders give up.
+        drops=(drop_bps + np.where(down[:-1] & switch_tx, wanted, 0.0)) / wire,
         pause=pause,
         pause_fps=2 * fabric.link_cap * 8 / PAUSE_QUANTA_BITS,
         errors=pps * loss[:-1],

@@ -250,6 +250,23 @@ def test_a_pfc_storm_mutes_incasts_and_outliers_on_the_devices_it_paused():
     ]
 
 
+def test_an_incident_caused_by_another_is_muted_while_its_cause_fires_and_carries_the_link():
+    """Drops at a dead link's port page as the dead link, once; left alone after it ends."""
+    al = Alerter(config({"receiver": "ops", "group_by": ["..."], "group_wait": 0, "group_interval": "10s"}))
+    down = anomaly("d", kind="link_down", severity="critical", root=RootCause("leaf-d", "Ethernet4"))
+    assert len(fire(al, down, T0)) == 1
+    loss = anomaly("l", kind="packet_loss", root=RootCause("leaf-d", "Ethernet4"), caused_by="d")
+    assert fire(al, loss, T0 + 1) == []
+    unlinked = anomaly("u", kind="packet_loss", root=RootCause("leaf-u", "Ethernet4"))
+    (told,) = fire(al, unlinked, T0 + 1)
+    assert [s for s in states(told)] == [("u", "firing")]
+    fire(al, anomaly("d", kind="link_down", status="resolved", at=T0 + 20), T0 + 20)
+    out = al.advance(T0 + 31).notifications
+    assert ("l", "firing") in [s for n in out for s in states(n)]
+    (alert,) = [a for n in out for a in n.alerts if a.fingerprint == "l"]
+    assert alert.labels["caused_by"] == "d"
+
+
 def test_an_inhibited_alert_still_gets_its_resolved_when_it_was_notified_before():
     al = Alerter(config({"receiver": "ops", "group_by": ["..."], "group_wait": 0, "group_interval": "10s"}))
     assert len(fire(al, anomaly("x", root=RootCause("leaf-x", "Ethernet4")), T0)) == 1
