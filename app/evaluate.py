@@ -312,4 +312,5 @@ def _probe(inc: Incident) -> Anomaly:
         root=inc.root,
         summary="",
         end_ns=inc.end_ns,
+        caused_by=inc.caused_by,
     )
