@@ -51,6 +51,25 @@ gnmic events the gnmic docs' topology-cloning action reads: docs/user_guide/acti
 and a port's speed (openconfig-if-ethernet)."""
 
 
+STATE_LEAVES: dict[str, dict[str, int]] = {
+    "/interfaces/interface/state/oper-status": {
+        "UP": 0,
+        "DOWN": 1,
+        "LOWER_LAYER_DOWN": 1,
+        "NOT_PRESENT": 1,
+        "DORMANT": 1,
+    },
+    "/interfaces/interface/state/admin-status": {"UP": 0, "DOWN": 1},
+    "/interface/oper-state": {"UP": 0, "DOWN": 1},
+    "/interface/admin-state": {"ENABLE": 0, "DISABLE": 1},
+}
+"""A port's state as the vocabulary's gauges (``oper_down``, ``admin_down``): 1 down, 0 up.
+OpenConfig's enumerations (openconfig-interfaces: ``oper-status`` UP, DOWN, LOWER_LAYER_DOWN,
+NOT_PRESENT, DORMANT, TESTING, UNKNOWN; ``admin-status`` UP, DOWN, TESTING) and SR Linux's
+(``oper-state`` up/down, ``admin-state`` enable/disable). TESTING and UNKNOWN give no value: a
+state we cannot read as up or down is unknown, never up."""
+
+
 class Point(NamedTuple):
     device: str
     ts_ns: int
@@ -160,6 +179,12 @@ def points_of(device: str, ts_ns: int, path: str, keys: dict[str, str], value: A
         for name, inner in value.items():
             leaf = name.rpartition(":")[2]
             yield from points_of(device, ts_ns, f"{path}/{leaf}", keys, inner)
+        return
+    states = STATE_LEAVES.get(path)
+    if states is not None:
+        state = states.get(value.rpartition(":")[2].upper()) if isinstance(value, str) else None
+        if state is not None:
+            yield Point(device, ts_ns, path, keys, state)
         return
     number = _counter(value)
     if number is not None:

@@ -31,8 +31,11 @@ COUNTER_PATHS = (
     "/interfaces/interface/state/counters",
     "/interfaces/interface/ethernet/state/counters",
     "/qos/interfaces/interface/output/queues/queue/state",
+    "/interfaces/interface/state/oper-status",
+    "/interfaces/interface/state/admin-status",
 )
-"""What is subscribed when a target names no paths: the OpenConfig counters vendor_map.csv maps."""
+"""What is subscribed when a target names no paths: the OpenConfig counters vendor_map.csv maps,
+and each port's state (``messages.STATE_LEAVES``)."""
 
 
 class GnmiTarget(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

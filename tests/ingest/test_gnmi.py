@@ -233,3 +233,27 @@ def test_values_that_are_not_counters_are_left_out():
         event("leaf1", T0, f"{OC}/out-errors", "3", interface_name="Ethernet0"),
     ]
     assert [p.value for p in parse_message("gnmic", json.dumps(msg).encode()).points] == [3]
+
+
+def test_port_states_become_the_link_gauges_and_a_state_neither_up_nor_down_is_unknown():
+    """OpenConfig's oper-status and admin-status enumerations, and SR Linux's oper-state and
+    admin-state, as gnmic event messages of the documented shape (generated: no real sample of a
+    down port was found). The link state detector reads ``oper_down`` and ``admin_down``."""
+    states = "/interfaces/interface/state"
+    messages = [
+        event("leaf1", T0, f"{states}/oper-status", "UP", interface_name="Ethernet1"),
+        event("leaf1", T0, f"{states}/oper-status", "LOWER_LAYER_DOWN", interface_name="Ethernet2"),
+        event("leaf1", T0, f"{states}/admin-status", "DOWN", interface_name="Ethernet2"),
+        event("leaf1", T0, f"{states}/oper-status", "TESTING", interface_name="Ethernet3"),
+        event("leaf1", T0, f"{OC}/in-octets", 10, interface_name="Ethernet3"),
+        event("srl1", T0, "/interface/oper-state", "down", interface_name="ethernet-1/1"),
+        event("srl1", T0, "/interface/admin-state", "enable", interface_name="ethernet-1/1"),
+    ]
+    snaps, assembler = assembled("gnmic", messages)
+    by_device = {s.device: s for s in snaps}
+    leaf, srl = by_device["leaf1"], by_device["srl1"]
+    assert cell(leaf, "Ethernet1", "oper_down") == 0
+    assert cell(leaf, "Ethernet2", "oper_down") == 1 and cell(leaf, "Ethernet2", "admin_down") == 1
+    assert cell(leaf, "Ethernet3", "oper_down") is None  # TESTING: unknown, never up
+    assert cell(srl, "ethernet-1/1", "oper_down") == 1 and cell(srl, "ethernet-1/1", "admin_down") == 0
+    assert assembler.stats.unknown_paths == 0
