@@ -69,9 +69,7 @@ class Drops:
     def __init__(self, config: DropsConfig) -> None:
         self.config = config
         self._lossless = np.array(sorted(set(config.lossless_priorities)), dtype=np.int64)
-        self._streaks = Systematic(
-            config.persist_polls, config.window_polls, config.clear_after_s, config.lack_of_data_s
-        )
+        self._streaks = Systematic.of(config)
 
     def open(self, device: str) -> bool:
         return self._streaks.open(device)

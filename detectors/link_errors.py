@@ -57,9 +57,7 @@ class LinkErrors:
 
     def __init__(self, config: LinkErrorsConfig) -> None:
         self.config = config
-        self._streaks = Systematic(
-            config.persist_polls, config.window_polls, config.clear_after_s, config.lack_of_data_s
-        )
+        self._streaks = Systematic.of(config)
 
     def open(self, device: str) -> bool:
         return self._streaks.open(device)

@@ -11,6 +11,7 @@ whose ports cannot be read for ``lack_of_data_s`` ends for lack of data, never a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -72,6 +73,12 @@ class Systematic:
         self.lack_of_data_s = lack_of_data_s
         self._mask = (1 << window_polls) - 1
         self._devices: dict[str, Ports] = {}
+
+    @classmethod
+    def of(cls, config: Any) -> Systematic:
+        """From a detector's config section: its ``persist_polls``, ``window_polls``,
+        ``clear_after_s`` and ``lack_of_data_s``."""
+        return cls(config.persist_polls, config.window_polls, config.clear_after_s, config.lack_of_data_s)
 
     def open(self, device: str) -> bool:
         state = self._devices.get(device)
