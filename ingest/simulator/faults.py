@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import msgspec
 import numpy as np
 
-from fabricwatch.ingest.simulator import scenario as sc_mod
+from fabricwatch.ingest.simulator import fault_kinds
 from fabricwatch.ingest.simulator.fabric import NIC_PORT, Fabric
 from fabricwatch.ingest.simulator.scenario import Scenario
 from fabricwatch.ingest.simulator.traffic import (
@@ -128,7 +128,7 @@ def _group_root(fabric: Fabric, leaf: int) -> RootCause:
     return RootCause(name, group=f"{name}/uplinks")
 
 
-def _add_storm(c: _Context, f: sc_mod.PfcStorm, i: int, job: str, end: float) -> Label:
+def _add_storm(c: _Context, f: fault_kinds.PfcStorm, i: int, job: str, end: float) -> Label:
     sc, fabric, plan = c.sc, c.fabric, c.plan
     nic = fabric.nic_index(f.root)
     host = fabric.hosts[int(fabric.nic_host[nic])]
@@ -146,7 +146,7 @@ def _overlaps(a: ActivityRun, start: float, end: float) -> bool:
     return bool(len(a.starts)) and a.starts[0] < end and a.ends[-1] > start
 
 
-def _add_incast(c: _Context, f: sc_mod.Incast, i: int, job: str, end: float) -> Label:
+def _add_incast(c: _Context, f: fault_kinds.Incast, i: int, job: str, end: float) -> Label:
     sc, fabric, plan = c.sc, c.fabric, c.plan
     senders = select_hosts(fabric, f.senders, "spread", _next_host(fabric, f.receiver), (f.receiver,))
     hosts = [*senders, f.receiver]
@@ -159,7 +159,7 @@ def _add_incast(c: _Context, f: sc_mod.Incast, i: int, job: str, end: float) -> 
     return _label(sc, "incast", f.start, end, _leaf_port_root(fabric, f.receiver), [job], note)
 
 
-def _add_switch_stall(c: _Context, f: sc_mod.SwitchStall, i: int, job: str, end: float) -> Label:
+def _add_switch_stall(c: _Context, f: fault_kinds.SwitchStall, i: int, job: str, end: float) -> Label:
     sc, fabric, plan = c.sc, c.fabric, c.plan
     nic = fabric.host_nics(f.toward)[0]
     link = int(fabric.nic_down[nic])
@@ -175,7 +175,7 @@ def _add_switch_stall(c: _Context, f: sc_mod.SwitchStall, i: int, job: str, end:
     return _label(sc, "pfc_storm", f.start, end, root, victims, note)
 
 
-def _add_burst(c: _Context, f: sc_mod.AbsorbedBurst, i: int, job: str, end: float) -> Label:
+def _add_burst(c: _Context, f: fault_kinds.AbsorbedBurst, i: int, job: str, end: float) -> Label:
     sc, fabric, plan = c.sc, c.fabric, c.plan
     senders = select_hosts(fabric, f.senders, "spread", _next_host(fabric, f.receiver), (f.receiver,))
     hosts = [*senders, f.receiver]
@@ -189,7 +189,7 @@ def _add_burst(c: _Context, f: sc_mod.AbsorbedBurst, i: int, job: str, end: floa
     return _label(sc, "benign", f.start, end, _leaf_port_root(fabric, f.receiver), [job], note)
 
 
-def _add_collapse(c: _Context, f: sc_mod.EcmpCollapse, i: int, job: str, end: float) -> Label:
+def _add_collapse(c: _Context, f: fault_kinds.EcmpCollapse, i: int, job: str, end: float) -> Label:
     sc, fabric, plan = c.sc, c.fabric, c.plan
     leaf = fabric.leaves.index(f.leaf)
     per_leaf = fabric.spec.hosts_per_leaf
@@ -218,7 +218,7 @@ def _peer(fabric: Fabric, host: str, n: int) -> str:
     return fabric.hosts[leaf * per_leaf + h % per_leaf]
 
 
-def _add_balanced(c: _Context, f: sc_mod.BalancedAllReduce, i: int, job: str, end: float) -> Label:
+def _add_balanced(c: _Context, f: fault_kinds.BalancedAllReduce, i: int, job: str, end: float) -> Label:
     sc, fabric, plan = c.sc, c.fabric, c.plan
     hosts = select_hosts(fabric, f.hosts, "spread")
     qps = f.qps or fabric.group_size
@@ -228,7 +228,7 @@ def _add_balanced(c: _Context, f: sc_mod.BalancedAllReduce, i: int, job: str, en
     return _label(sc, "benign", f.start, end, _group_root(fabric, fabric.leaf_of_host(hosts[0])), [job], note)
 
 
-def _add_idle(c: _Context, f: sc_mod.Idle, i: int, job: str, end: float) -> Label:
+def _add_idle(c: _Context, f: fault_kinds.Idle, i: int, job: str, end: float) -> Label:
     sc, fabric, plan = c.sc, c.fabric, c.plan
     leaf = fabric.leaves.index(f.leaf)
     per_leaf = fabric.spec.hosts_per_leaf
@@ -240,7 +240,7 @@ def _add_idle(c: _Context, f: sc_mod.Idle, i: int, job: str, end: float) -> Labe
     return _label(sc, "benign", f.start, end, _group_root(fabric, leaf), [job], note)
 
 
-def _add_lossy(c: _Context, f: sc_mod.LossyLink, i: int, job: str, end: float) -> Label:
+def _add_lossy(c: _Context, f: fault_kinds.LossyLink, i: int, job: str, end: float) -> Label:
     port, root = _link_end(c.fabric, f.device, f.port)
     inward, outward = int(c.fabric.port_in[port]), int(c.fabric.port_out[port])
     links = (inward,) if f.one_way else (outward, inward)
@@ -253,7 +253,7 @@ def _add_lossy(c: _Context, f: sc_mod.LossyLink, i: int, job: str, end: float) -
     return _label(c.sc, "link_corruption", f.start, end, root, [], note)
 
 
-def _add_burst_of_errors(c: _Context, f: sc_mod.ErrorBurst, i: int, job: str, end: float) -> Label:
+def _add_burst_of_errors(c: _Context, f: fault_kinds.ErrorBurst, i: int, job: str, end: float) -> Label:
     port, root = _link_end(c.fabric, f.device, f.port)
     links = (int(c.fabric.port_in[port]),)
     c.plan.conditions.append(Condition("loss", f.start, end, links=links, amount=f.loss_rate))
@@ -262,12 +262,12 @@ def _add_burst_of_errors(c: _Context, f: sc_mod.ErrorBurst, i: int, job: str, en
 
 
 def _add_drops(
-    c: _Context, f: sc_mod.HeadroomDrops | sc_mod.DropBurst, i: int, job: str, end: float
+    c: _Context, f: fault_kinds.HeadroomDrops | fault_kinds.DropBurst, i: int, job: str, end: float
 ) -> Label:
     port, root = _link_end(c.fabric, f.device, f.port)
     links = (int(c.fabric.port_in[port]),)
     c.plan.conditions.append(Condition("drop", f.start, end, links=links, amount=f.drop_rate))
-    if isinstance(f, sc_mod.DropBurst):
+    if isinstance(f, fault_kinds.DropBurst):
         note = f"drop_burst: {f.drop_rate:g} of what {root.device} {root.port} receives dropped once"
         return _label(c.sc, "benign", f.start, end, root, [], note)
     note = f"headroom_drops: {f.drop_rate:g} of the lossless priority dropped at ingress (headroom too small)"
@@ -282,7 +282,7 @@ def _link_end(fabric: Fabric, device: str, port: str) -> tuple[int, RootCause]:
     return index, RootCause(fabric.nics[index], NIC_PORT)
 
 
-def _add_slowdown(c: _Context, f: sc_mod.NicSlowdown, i: int, job: str, end: float) -> Label:
+def _add_slowdown(c: _Context, f: fault_kinds.NicSlowdown, i: int, job: str, end: float) -> Label:
     sc, fabric, plan = c.sc, c.fabric, c.plan
     nic = fabric.nic_index(f.nic)
     plan.conditions.append(Condition("slow", f.start, end, nic=nic, amount=f.factor))
@@ -290,14 +290,14 @@ def _add_slowdown(c: _Context, f: sc_mod.NicSlowdown, i: int, job: str, end: flo
     return _label(sc, "outlier", f.start, end, RootCause(fabric.nics[nic], NIC_PORT), [], note)
 
 
-def _add_silent(c: _Context, f: sc_mod.DeviceSilent, i: int, job: str, end: float) -> Label:
+def _add_silent(c: _Context, f: fault_kinds.DeviceSilent, i: int, job: str, end: float) -> Label:
     if f.device not in c.fabric.switches and f.device not in c.fabric.nics:
         raise ValueError(f"device_silent: no device {f.device!r} in the fabric")
     c.plan.silences.append((f.device, f.start, end))
     return _label(c.sc, "device_silent", f.start, end, RootCause(f.device), [], "device_silent: not read")
 
 
-def _add_link_down(c: _Context, f: sc_mod.LinkDown, i: int, job: str, end: float) -> Label:
+def _add_link_down(c: _Context, f: fault_kinds.LinkDown, i: int, job: str, end: float) -> Label:
     """The link goes down ``flaps`` times, ``up_s`` apart, the spells sharing the fault's time;
     each carrier change counted at both ends (down: ``link_downed`` too), traffic across it
     stopped while down (a host's flows stall; the simulator does not re-hash ECMP)."""
@@ -328,18 +328,18 @@ def _next_host(fabric: Fabric, host: str) -> int:
 
 
 _ADDERS = {
-    sc_mod.PfcStorm: _add_storm,
-    sc_mod.SwitchStall: _add_switch_stall,
-    sc_mod.Incast: _add_incast,
-    sc_mod.AbsorbedBurst: _add_burst,
-    sc_mod.EcmpCollapse: _add_collapse,
-    sc_mod.BalancedAllReduce: _add_balanced,
-    sc_mod.Idle: _add_idle,
-    sc_mod.LossyLink: _add_lossy,
-    sc_mod.ErrorBurst: _add_burst_of_errors,
-    sc_mod.HeadroomDrops: _add_drops,
-    sc_mod.DropBurst: _add_drops,
-    sc_mod.NicSlowdown: _add_slowdown,
-    sc_mod.DeviceSilent: _add_silent,
-    sc_mod.LinkDown: _add_link_down,
+    fault_kinds.PfcStorm: _add_storm,
+    fault_kinds.SwitchStall: _add_switch_stall,
+    fault_kinds.Incast: _add_incast,
+    fault_kinds.AbsorbedBurst: _add_burst,
+    fault_kinds.EcmpCollapse: _add_collapse,
+    fault_kinds.BalancedAllReduce: _add_balanced,
+    fault_kinds.Idle: _add_idle,
+    fault_kinds.LossyLink: _add_lossy,
+    fault_kinds.ErrorBurst: _add_burst_of_errors,
+    fault_kinds.HeadroomDrops: _add_drops,
+    fault_kinds.DropBurst: _add_drops,
+    fault_kinds.NicSlowdown: _add_slowdown,
+    fault_kinds.DeviceSilent: _add_silent,
+    fault_kinds.LinkDown: _add_link_down,
 }

@@ -18,18 +18,34 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
+from fabricwatch.ingest.simulator.fault_kinds import (
+    AbsorbedBurst,
+    BalancedAllReduce,
+    Burst,
+    DropBurst,
+    EcmpCollapse,
+    Fault,
+    HeadroomDrops,
+    HostSelection,
+    Idle,
+    Incast,
+    LossyLink,
+    NicSlowdown,
+    PfcStorm,
+    SwitchStall,
+)
 from fabricwatch.schemas.config import ConfigError, check_keys
 from fabricwatch.schemas.vocabulary import canonical
 
 DEFAULT_START_NS = 1_767_225_600 * 1_000_000_000  # 2026-01-01T00:00:00Z: fixed, never now()
 
 
+class _Strict(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """A scenario section (its fault kinds' base is ``fault_kinds.Strict``, the same)."""
+
+
 class ScenarioError(ValueError):
     """A scenario that cannot be simulated; the message names the key path and the problem."""
-
-
-class _Strict(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    pass
 
 
 class FabricSpec(_Strict):
@@ -85,11 +101,6 @@ class CollectorSpec(_Strict):
     """Counters some devices do not export (every matching rule applies)."""
 
 
-class Burst(_Strict):
-    duration: float
-    period: float
-
-
 ActivityOp = Literal["AllReduce", "ReduceScatter", "AllGather", "AllToAll", "SendRecv", "Reduce", "idle"]
 
 
@@ -103,9 +114,6 @@ class Activity(_Strict):
     stages: int = 2
 
 
-HostSelection = int | list[str]
-
-
 class Job(_Strict):
     name: str
     hosts: HostSelection
@@ -113,139 +121,6 @@ class Job(_Strict):
     first_host: int = 0
     qps_per_connection: int = 4
     schedule: list[Activity] = []
-
-
-class _Fault(_Strict, tag_field="kind"):
-    start: float
-    duration: float
-
-
-class PfcStorm(_Fault, tag="pfc_storm"):
-    root: str
-    propagation_delay: float = 0.4
-
-
-class SwitchStall(_Fault, tag="switch_stall"):
-    """A leaf's egress queue toward ``toward`` (a host's first NIC) stops draining without being
-    paused (a deadlock, a stuck egress): the leaf pauses the ports feeding it, and the pauses
-    spread from there. The root is the leaf's port, not the NIC."""
-
-    toward: str
-    propagation_delay: float = 0.4
-
-
-class Incast(_Fault, tag="incast"):
-    receiver: str
-    senders: HostSelection
-    job: str = ""
-    load: float = 0.6
-    qps: int = 4
-    op: Literal["Reduce", "AllToAll"] = "Reduce"
-
-
-class EcmpCollapse(_Fault, tag="ecmp_collapse"):
-    leaf: str
-    job: str = ""
-    hosts: HostSelection | None = None
-    load: float = 0.4
-    qps: int = 1
-    members_used: int = 1
-
-
-class BalancedAllReduce(_Fault, tag="balanced_allreduce"):
-    hosts: HostSelection
-    job: str = ""
-    load: float = 0.8
-    qps: int | None = None
-
-
-class AbsorbedBurst(_Fault, tag="absorbed_burst"):
-    receiver: str
-    senders: HostSelection
-    job: str = ""
-    load: float = 0.3
-    qps: int = 4
-    burst: Burst = Burst(duration=0.05, period=2.0)
-
-
-class Idle(_Fault, tag="idle"):
-    leaf: str
-    job: str = ""
-    load: float = 0.01
-
-
-class LossyLink(_Fault, tag="lossy_link"):
-    device: str
-    port: str = ""
-    loss_rate: float = 1e-4
-    one_way: bool = False
-    """Only what ``device`` receives is damaged (the far end's optic fails: the label's root)."""
-
-
-class ErrorBurst(_Fault, tag="error_burst"):
-    """A burst of damaged frames at ``device``, over within a poll: a look-alike of a failing link."""
-
-    device: str
-    port: str = ""
-    loss_rate: float = 1e-3
-
-
-class HeadroomDrops(_Fault, tag="headroom_drops"):
-    """Switch ``device``'s ``port`` drops ``drop_rate`` of what it receives on the lossless
-    priority at ingress: its PFC headroom is too small for the cable (XOFF sent too late)."""
-
-    device: str
-    port: str
-    drop_rate: float = 1e-4
-
-
-class DropBurst(_Fault, tag="drop_burst"):
-    """Lossless ingress drops at ``device`` ``port`` over within a poll: a look-alike of
-    ``headroom_drops`` (one burst outran the headroom once)."""
-
-    device: str
-    port: str
-    drop_rate: float = 1e-3
-
-
-class LinkDown(_Fault, tag="link_down"):
-    """The link of ``device`` (``port`` on a switch) goes down: for the whole fault (a dead link),
-    or ``flaps`` times with ``up_s`` of link up between the spells (a flapping link)."""
-
-    device: str
-    port: str = ""
-    flaps: int = 1
-    up_s: float = 2.0
-
-
-class NicSlowdown(_Fault, tag="nic_slowdown"):
-    nic: str
-    factor: float = 0.5
-
-
-class DeviceSilent(_Fault, tag="device_silent"):
-    """``device`` (a NIC or a switch) is not read: its collector died, or the device hangs. The
-    fabric itself is unchanged; only what is known of it."""
-
-    device: str
-
-
-Fault = (
-    PfcStorm
-    | SwitchStall
-    | Incast
-    | EcmpCollapse
-    | BalancedAllReduce
-    | AbsorbedBurst
-    | Idle
-    | LossyLink
-    | ErrorBurst
-    | HeadroomDrops
-    | DropBurst
-    | LinkDown
-    | NicSlowdown
-    | DeviceSilent
-)
 
 
 class Scenario(_Strict):

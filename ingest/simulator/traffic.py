@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fabricwatch.ingest.simulator.fabric import Fabric
-from fabricwatch.ingest.simulator.scenario import HostSelection, Scenario
+from fabricwatch.ingest.simulator.fault_kinds import HostSelection
+from fabricwatch.ingest.simulator.scenario import Scenario
 from fabricwatch.schemas.messages import Phase
 
 NS = 1_000_000_000
