@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import redis
 
 from fabricwatch.ingest.mapping import resolve, vendor_names
-from fabricwatch.ingest.sonic.switch import CONFIG_DB, COUNTERS_DB
+from fabricwatch.ingest.sonic.switch import APPL_DB, CONFIG_DB, COUNTERS_DB, STATE_COLUMNS, STATE_FIELDS
 from fabricwatch.schemas.messages import Snapshot
 
 PORT_FIELDS = (
@@ -142,26 +143,36 @@ class SnapshotSwitch:
     def __init__(self, url: str, first: Snapshot) -> None:
         self.counters = redis.Redis.from_url(url, db=COUNTERS_DB)
         self.counters.flushdb()
+        self.appl = redis.Redis.from_url(url, db=APPL_DB)
         fields = _sai_fields()
-        self._cells: list[tuple[int, int, str, str]] = []  # (row, col, object name, field)
-        kinds: dict[str, str] = {}
+        self._cells: list[tuple[int, int, tuple[str, str], str]] = []  # (row, col, object, field)
+        state_fields = dict(zip((c.name for c in STATE_COLUMNS), STATE_FIELDS, strict=True))
+        self._states = [
+            (col, state_fields[c.name]) for col, c in enumerate(first.counters) if c.name in state_fields
+        ]
+        """A port's state goes to APPL_DB's PORT_TABLE, where portsorch keeps it."""
+        objects: dict[tuple[str, str], None] = {}  # (source, name): a queue and a PG share names
         for col, spec in enumerate(first.counters):
             if spec.name not in fields:
-                continue  # no COUNTERS_DB field (a link's state: SONiC keeps it in STATE_DB)
+                continue  # no COUNTERS_DB field (a port's state: ``_states``)
             source, field_name = fields[spec.name]
             for row, port in enumerate(first.ports):
                 if source == "sonic_port":
-                    obj = port
+                    obj = (source, port)
                     field_name_n = field_name.replace("{n}", str(spec.index))
                 else:
-                    obj = f"{port}:{spec.index}"
+                    obj = (source, f"{port}:{spec.index}")
                     field_name_n = field_name
-                kinds[obj] = source
+                objects[obj] = None
                 self._cells.append((row, col, obj, field_name_n))
-        self.oids = {obj: f"oid:0x{0x1000000 + i:x}" for i, obj in enumerate(kinds)}
-        maps = {"sonic_port": "COUNTERS_PORT_NAME_MAP", "sonic_queue": "COUNTERS_QUEUE_NAME_MAP"}
-        for obj, source in kinds.items():
-            self.counters.hset(maps[source], obj, self.oids[obj])
+        self.oids = {obj: f"oid:0x{0x1000000 + i:x}" for i, obj in enumerate(objects)}
+        maps = {
+            "sonic_port": "COUNTERS_PORT_NAME_MAP",
+            "sonic_queue": "COUNTERS_QUEUE_NAME_MAP",
+            "sonic_pg": "COUNTERS_PG_NAME_MAP",
+        }
+        for (source, name), oid in self.oids.items():
+            self.counters.hset(maps[source], name, oid)
         self.write(first)
         config = redis.Redis.from_url(url, db=CONFIG_DB)
         config.flushdb()
@@ -181,9 +192,24 @@ class SnapshotSwitch:
         for key, mapping in hashes.items():
             pipe.hset(key, mapping=mapping)
         pipe.execute()
+        if self._states:
+            self._write_states(snap.ports, raw, known)
+
+    def _write_states(self, ports: list[str], raw: np.ndarray, known: np.ndarray | None) -> None:
+        pipe = self.appl.pipeline(transaction=False)
+        for row, port in enumerate(ports):
+            said = {
+                f: "down" if raw[row, col] else "up"
+                for col, f in self._states
+                if known is None or known[row, col]
+            }
+            if said:
+                pipe.hset(f"PORT_TABLE:{port}", mapping=said)
+        pipe.execute()
 
     def close(self) -> None:
         self.counters.close()
+        self.appl.close()
 
 
 def _sai_fields() -> dict[str, tuple[str, str]]:

@@ -20,6 +20,13 @@ of which nothing moved, read sooner than 1.5 of its refresh intervals after it l
 stale: its values go out as missing (unknown), never as zero traffic, and the rate engine takes the
 next rate over the whole time since the last fresh value (``detectors/rates.py``). A group that has
 not moved for longer than that is idle, and its values go out as read.
+
+Each port's state is not a counter and is not in COUNTERS_DB: portsorch keeps it in APPL_DB
+(database 0 of the same server, where ``show interfaces status`` reads it) as ``PORT_TABLE:<port>``
+``oper_status`` and ``admin_status``, ``up`` or ``down``. A second pipeline per poll reads them into
+the ``oper_down`` and ``admin_down`` gauges the link state detector reads. A port APPL_DB does not
+know, or a state that is neither, is unknown; an APPL_DB that does not answer costs the states
+only (said once), never the counters.
 """
 
 from __future__ import annotations
@@ -36,8 +43,13 @@ import redis
 from fabricwatch.ingest.mapping import port_order, resolve, vendor_names
 from fabricwatch.schemas.messages import CounterSpec, Snapshot
 
+APPL_DB = 0
 COUNTERS_DB = 2
 CONFIG_DB = 4
+STATE_FIELDS = ("oper_status", "admin_status")
+STATE_COLUMNS = [CounterSpec("oper_down", "gauge", 64), CounterSpec("admin_down", "gauge", 64)]
+"""The gauges of ``STATE_FIELDS``, in that order: 1 down, 0 up."""
+_DOWN = {b"down": 1, b"up": 0, "down": 1, "up": 0}
 PRIORITIES = range(8)
 """The indices a port-hash ``{n}`` field (``SAI_PORT_STAT_PFC_{n}_RX_PKTS``) is asked for."""
 STALE_AFTER = 1.5
@@ -279,6 +291,7 @@ class SonicSwitch:
     _plan: _Plan | None = None
     _maps: dict[str, dict[str, str]] = field(default_factory=dict)
     _client: redis.Redis | None = None
+    _appl: redis.Redis | None = None
     _prev: np.ndarray | None = None
     _groups: dict[str, _GroupState] = field(default_factory=dict)
     _said: set[str] = field(default_factory=set)
@@ -300,8 +313,9 @@ class SonicSwitch:
         return snap
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
+        for client in (self._client, self._appl):
+            if client is not None:
+                client.close()
 
     def _read(self, poll_interval_s: float) -> Snapshot:
         if self._plan is None:
@@ -316,7 +330,22 @@ class SonicSwitch:
         if not plan.pruned and seen.any() and not seen.all():
             raw, valid, plan = self._prune(plan, raw, valid, seen)
         self._mark_stale(plan, raw, valid, poll_interval_s)
-        return _snapshot(self.name, ts_ns, plan, raw, valid)
+        return _snapshot(self.name, ts_ns, plan, raw, valid, self._port_states(plan.ports))
+
+    def _port_states(self, ports: list[str]) -> list[list[int | None]] | None:
+        """Per port, ``STATE_COLUMNS`` from APPL_DB's ``PORT_TABLE``; None when it knows none."""
+        try:
+            pipe = self._connect_appl().pipeline(transaction=False)
+            for port in ports:
+                pipe.hmget(f"PORT_TABLE:{port}", *STATE_FIELDS)
+            replies = pipe.execute()
+        except (redis.RedisError, OSError) as exc:
+            self._say_once(
+                "appl_db", f"APPL_DB unreadable ({type(exc).__name__}: {exc}); port states unknown"
+            )
+            return None
+        states = [[_DOWN.get(v) for v in reply] for reply in replies]
+        return states if any(v is not None for row in states for v in row) else None
 
     def _prune(
         self, plan: _Plan, raw: np.ndarray, valid: np.ndarray, seen: np.ndarray
@@ -333,6 +362,11 @@ class SonicSwitch:
         if self._client is None:
             self._client = _client(self.url, COUNTERS_DB, self.timeout_s)
         return self._client
+
+    def _connect_appl(self) -> redis.Redis:
+        if self._appl is None:
+            self._appl = _client(with_db(self.url, APPL_DB), APPL_DB, self.timeout_s)
+        return self._appl
 
     def _load(self) -> None:
         """Read the name maps and the refresh schedule; make the poll plan."""
@@ -472,16 +506,27 @@ def with_db(url: str, db: int) -> str:
     return urlunsplit((parts.scheme, parts.netloc, f"/{db}", query, parts.fragment))
 
 
-def _snapshot(device: str, ts_ns: int, plan: _Plan, raw: np.ndarray, valid: np.ndarray) -> Snapshot:
+def _snapshot(
+    device: str,
+    ts_ns: int,
+    plan: _Plan,
+    raw: np.ndarray,
+    valid: np.ndarray,
+    states: list[list[int | None]] | None = None,
+) -> Snapshot:
     rows = raw.tolist()
     if not valid.all():
         for r, c in zip(*np.nonzero(~valid), strict=True):
             rows[r][c] = None
+    counters = plan.counters
+    if states is not None:
+        rows = [row + state for row, state in zip(rows, states, strict=True)]
+        counters = [*counters, *STATE_COLUMNS]
     return Snapshot(
         device=device,
         device_kind="switch",
         ts_ns=ts_ns,
-        counters=plan.counters,
+        counters=counters,
         ports=plan.ports,
         values=rows,
         source="sonic",

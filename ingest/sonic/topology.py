@@ -20,10 +20,9 @@ import redis
 
 from fabricwatch.ingest.lldp.fabric import Neighbour, SiteSettings, neighbour, switch_topology
 from fabricwatch.ingest.sonic.qos import read_queue_profiles
-from fabricwatch.ingest.sonic.switch import CONFIG_DB, decoded, with_db
+from fabricwatch.ingest.sonic.switch import APPL_DB, CONFIG_DB, decoded, with_db
 from fabricwatch.schemas.messages import QueueProfile, Topology
 
-APPL_DB = 0
 _IFNAME_SUBTYPE = "5"
 
 

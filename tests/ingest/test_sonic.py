@@ -48,9 +48,37 @@ def collector(url: str, said: list[str] | None = None) -> SonicSwitch:
     return SonicSwitch("leaf-1", f"{url}/{COUNTERS_DB}", timeout_s=2, warn=said.append)
 
 
-def test_the_upstream_mock_counters_db_reads_exactly(server):
-    """sonic-utilities' own COUNTERS_DB mock, loaded as is: Ethernet0's port hash, its queues and
-    PGs, and the PFC watchdog's counters come out under their canonical names."""
+def test_port_states_come_from_appl_db_and_a_port_it_does_not_know_is_unknown(server):
+    """sonic-utilities' APPL_DB mock ``PORT_TABLE`` (Ethernet0: oper_status down, admin_status up;
+    ``tests/fixtures/SOURCES.md``) beside its COUNTERS_DB mock: Ethernet0 reads down and enabled;
+    Ethernet4 and Ethernet8, which that APPL_DB does not hold, read unknown, never up. A PORT_TABLE
+    entry that is not a hash costs the states of that poll only, said once; the counters go on."""
+    load_upstream_counters(server)
+    appl = redis.Redis.from_url(server, db=0)
+    appl.flushdb()
+    for key, fields in json.loads(
+        (FIXTURES / "sonic_appl_db_port_table_upstream_mock.json").read_text()
+    ).items():
+        appl.hset(key, mapping=fields)
+    said: list[str] = []
+    switch = collector(server, said)
+    snap = switch.read(1.0)
+    assert cell(snap, "Ethernet0", "oper_down") == 1 and cell(snap, "Ethernet0", "admin_down") == 0
+    assert cell(snap, "Ethernet4", "oper_down") is None and cell(snap, "Ethernet8", "admin_down") is None
+    appl.delete("PORT_TABLE:Ethernet4")
+    appl.set("PORT_TABLE:Ethernet4", "garbage")
+    for _ in range(2):
+        snap = switch.read(1.0)
+        assert (
+            "oper_down" not in {c.name for c in snap.counters} and cell(snap, "Ethernet0", "rx_bytes") == 800
+        )
+    assert sum("APPL_DB unreadable" in s for s in said) == 1
+    appl.flushdb()
+    appl.close()
+
+
+def load_upstream_counters(server: str) -> dict:
+    """sonic-utilities' COUNTERS_DB mock into the server's database 2, and no CONFIG_DB."""
     tables = json.loads((FIXTURES / "sonic_counters_db_upstream_mock.json").read_text())
     client = redis.Redis.from_url(server, db=COUNTERS_DB)
     client.flushdb()
@@ -60,6 +88,13 @@ def test_the_upstream_mock_counters_db_reads_exactly(server):
             pipe.hset(key, mapping=value)
     pipe.execute()
     redis.Redis.from_url(server, db=4).flushdb()
+    return tables
+
+
+def test_the_upstream_mock_counters_db_reads_exactly(server):
+    """sonic-utilities' own COUNTERS_DB mock, loaded as is: Ethernet0's port hash, its queues and
+    PGs, and the PFC watchdog's counters come out under their canonical names."""
+    tables = load_upstream_counters(server)
     said: list[str] = []
     snap = collector(server, said).read(1.0)
     port, queue, pg = (
