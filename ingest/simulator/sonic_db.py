@@ -1,5 +1,6 @@
 """A simulated SONiC switch in a real Redis: a writer that fills and advances COUNTERS_DB and
-CONFIG_DB the way syncd's flex counters and the PFC watchdog do, so that ``collect sonic`` can be
+CONFIG_DB the way syncd's flex counters and the PFC watchdog do (and APPL_DB's port states, as
+portsorch does), so that ``collect sonic`` can be
 tried, tested and benchmarked without a switch (``local.redis_server`` starts the Redis). The hash
 and field names follow sonic-utilities' mock tables
 (``tests/fixtures/sonic_counters_db_upstream_mock.json``)."""
@@ -67,6 +68,7 @@ class SwitchDb:
     def __post_init__(self) -> None:
         self.counters = redis.Redis.from_url(self.url, db=COUNTERS_DB)
         self.config = redis.Redis.from_url(self.url, db=CONFIG_DB)
+        self.appl = redis.Redis.from_url(self.url, db=APPL_DB)
         self.load()
 
     @property
@@ -93,6 +95,9 @@ class SwitchDb:
                 name = f"{port}:{g}"
                 pg_map[name] = self.oid(0x1A0, i * 64 + g)
                 self._put(pipe, f"pg:{name}", pg_map[name], PG_FIELDS)
+        self.appl.delete(*(f"PORT_TABLE:{port}" for port in self.port_names))
+        for port in self.port_names:  # portsorch's view of each port: up, and enabled
+            self.appl.hset(f"PORT_TABLE:{port}", mapping=dict.fromkeys(STATE_FIELDS, "up"))
         pipe.hset("COUNTERS_PORT_NAME_MAP", mapping=port_map)
         pipe.hset("COUNTERS_QUEUE_NAME_MAP", mapping=queue_map)
         pipe.hset("COUNTERS_PG_NAME_MAP", mapping=pg_map)
@@ -129,9 +134,14 @@ class SwitchDb:
         self.boot += 1
         self.load()
 
+    def set_state(self, port: str, field: str, value: str) -> None:
+        """An APPL_DB port state (``oper_status`` or ``admin_status``), as portsorch writes it."""
+        self.appl.hset(f"PORT_TABLE:{port}", field, value)
+
     def close(self) -> None:
         self.counters.close()
         self.config.close()
+        self.appl.close()
 
 
 class SnapshotSwitch:

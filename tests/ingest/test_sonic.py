@@ -292,3 +292,14 @@ def test_a_server_that_answers_garbage_fails_its_poll_and_is_said(db):
         server.join(timeout=5)
         listener.close()
     assert switch.stats.failures == 2 and switch.stats.snapshots == 0
+
+
+def test_a_port_that_goes_down_reads_down_at_the_next_poll(db):
+    switch = collector(db.url)
+    first = switch.read(1.0)
+    assert [cell(first, p, "oper_down") for p in first.ports] == [0, 0, 0, 0]
+    db.set_state("Ethernet4", "oper_status", "down")
+    db.set_state("Ethernet8", "admin_status", "down")
+    second = switch.read(1.0)
+    assert [cell(second, p, "oper_down") for p in second.ports] == [0, 1, 0, 0]
+    assert [cell(second, p, "admin_down") for p in second.ports] == [0, 0, 1, 0]
