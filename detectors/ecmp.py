@@ -120,18 +120,19 @@ class EcmpDetector:
         cfg = self.config
         state.poll_s = min(state.poll_s, frame.dt_s)
         member_tx, fresh = self._held(state, np.where(layout.present, tx[layout.rows], np.nan), frame.ts_ns)
-        missing = (np.isnan(member_tx) & layout.members).any(axis=1)
-        sent = np.where(layout.members, np.nan_to_num(member_tx) * frame.dt_s, 0.0)
+        members = self._up(frame, layout)
+        missing = (np.isnan(member_tx) & members).any(axis=1)
+        sent = np.where(members, np.nan_to_num(member_tx) * frame.dt_s, 0.0)
         state.window.append((sent, frame.dt_s, missing))
         while len(state.window) > cfg.window_polls:
             state.window.popleft()
         total_bytes = sum(b for b, _, _ in state.window)
         seconds = sum(d for _, d, _ in state.window)
         missing = np.logical_or.reduce([m for _, _, m in state.window])
-        line = np.where(layout.members, line_Bps[layout.rows], np.nan)
-        util = np.where(layout.members, total_bytes / seconds / line, 0.0)
+        line = np.where(members, line_Bps[layout.rows], np.nan)
+        util = np.where(members, total_bytes / seconds / line, 0.0)
 
-        n = layout.members.sum(axis=1)
+        n = members.sum(axis=1)
         group_total = total_bytes.sum(axis=1)
         shares = total_bytes / np.maximum(group_total, 1.0)[:, None]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -139,9 +140,7 @@ class EcmpDetector:
             entropy = -plogp.sum(axis=1) / np.log(n) + 0.0  # + 0.0: all on one member is 0, not -0.0
             max_over_mean = shares.max(axis=1) * n
             mean = 1.0 / n
-            cv = (
-                np.sqrt((np.where(layout.members, (shares - mean[:, None]) ** 2, 0.0)).sum(axis=1) / n) / mean
-            )
+            cv = np.sqrt((np.where(members, (shares - mean[:, None]) ** 2, 0.0)).sum(axis=1) / n) / mean
         hot = util.max(axis=1)
         # A poll can judge a group when every member's bytes are known and the group carried enough
         # that, all on one member, it would show: less (a poll of zeros between two refreshes of
@@ -151,7 +150,10 @@ class EcmpDetector:
         # (a busy member between refreshes, next to one whose traffic just dropped) is no skew.
         hot_fresh = fresh[np.arange(len(hot)), util.argmax(axis=1)]
         known = (
-            ~missing & hot_fresh & (carried >= min(cfg.hold_hot_utilisation, cfg.polarised_hot_utilisation))
+            ~missing
+            & hot_fresh
+            & (carried >= min(cfg.hold_hot_utilisation, cfg.polarised_hot_utilisation))
+            & (n >= 2)  # a group down to one member has no balance to judge (its link incidents say why)
         )
         few = np.maximum(1, (n * cfg.polarised_members).astype(int))
         top_share = self._top_share(shares, few)
@@ -196,7 +198,8 @@ class EcmpDetector:
         ended = streak.lapse(frame.ts_ns, cfg.lack_of_data_s)
 
         def symptom(g: int, active: bool) -> Symptom:
-            members = state.groups[g].members
+            names = state.groups[g].members
+            down = [m for k, m in enumerate(names) if layout.members[g, k] and not members[g, k]]
             return Symptom(
                 kind="ecmp_imbalance",
                 device=frame.device,
@@ -211,13 +214,22 @@ class EcmpDetector:
                     hot_utilisation=hot[g],
                     top_share=top_share[g],
                     top_members=int(few[g]),
-                    shares=" ".join(
-                        f"{m}={shares[g, k]:.2f}" for k, m in enumerate(members) if layout.members[g, k]
-                    ),
+                    shares=" ".join(f"{m}={shares[g, k]:.2f}" for k, m in enumerate(names) if members[g, k]),
+                    **fewer_members(down, int(n[g])),
                 ),
             )
 
         return streak.report(cleared, symptom, known, frame.ts_ns, ended)
+
+    @staticmethod
+    def _up(frame: RateFrame, layout: _Layout) -> np.ndarray:
+        """The members whose link is up (or not known to be down): a member that is down carries
+        nothing because its traffic hashes onto the others, as ECMP is meant to; the group runs
+        on fewer members, which is no collapse, and its balance is judged among the rest."""
+        down = frame.port("oper_down")
+        if down is None:
+            return layout.members
+        return layout.members & ~(layout.present & (down[layout.rows] > 0.5))
 
     @staticmethod
     def _held(state: _Groups, member_tx: np.ndarray, ts_ns: int) -> tuple[np.ndarray, np.ndarray]:
@@ -283,6 +295,11 @@ class EcmpDetector:
         return layout
 
 
+def fewer_members(down: list[str], up: int) -> dict[str, str]:
+    """Evidence of a group that runs on fewer members than it has (none when all are up)."""
+    return {"members_down": " ".join(down), "members_up": f"{up} of {up + len(down)}"} if down else {}
+
+
 # Stage 2: one incident per group, naming the jobs whose host pairs cross the switch.
 
 DELAY_POLLS = 5.0
@@ -303,9 +320,13 @@ def describe(
     pairs = incident.evidence.get("crossing_host_pairs")
     if matched and pairs:
         job += f" ({pairs} host pairs of {matched[0].job} cross {root.device})"
+    fewer = ""
+    if latest.evidence.get("members_down"):
+        up, down = latest.evidence.get("members_up"), latest.evidence["members_down"]
+        fewer = f"; running on {up} members ({down} down)"
     incident.summary = (
         f"ECMP collapse on {root.group}: entropy {latest.evidence.get('entropy')}, "
-        f"max/mean {latest.evidence.get('max_over_mean')} ({latest.evidence.get('shares')}){job}"
+        f"max/mean {latest.evidence.get('max_over_mean')} ({latest.evidence.get('shares')}){fewer}{job}"
     )
 
 

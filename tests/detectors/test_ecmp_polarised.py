@@ -109,3 +109,28 @@ def test_a_noisy_rate_reading_of_a_marking_uplink_is_still_saturation():
     stage.set_topology(ecmp_topology(UPLINKS))
     quiet = run(stage, [sw.poll(1.0)] + [sw.poll(1.0, **polarised(0.8)) for _ in range(5)])
     assert not any(quiet), "the same rates without marks wait for a saturated reading"
+
+
+def test_a_member_that_is_down_leaves_the_group_running_on_the_others_no_collapse():
+    """Issue 34: a two-member group with one member's link down carries everything on the other,
+    saturated: that is ECMP working (the link down incident says why), not a collapse. A group of
+    four with one down is judged among the three left, and a skew among them says so."""
+    sw, stage = Switch("leaf0", PORTS), Stage1()
+    stage.set_topology(ecmp_topology(UPLINKS[:2]))
+    one_left = {"tx_bytes": {UPLINKS[1]: 0.95 * LINE_Bps}, "oper_down": {UPLINKS[0]: 1}}
+    assert not any(run(stage, [sw.poll(1.0)] + [sw.poll(1.0, **one_left) for _ in range(40)]))
+
+    sw, stage = Switch("leaf0", PORTS), Stage1()
+    stage.set_topology(ecmp_topology(UPLINKS))
+    balanced = dict(zip(UPLINKS[1:], [0.6 * LINE_Bps] * 3, strict=True))
+    down = {"oper_down": {UPLINKS[0]: 1}}
+    assert not any(run(stage, [sw.poll(1.0)] + [sw.poll(1.0, tx_bytes=balanced, **down) for _ in range(40)]))
+    skewed = dict(zip(UPLINKS[1:], [0.97 * LINE_Bps, 0.1 * LINE_Bps, 0.1 * LINE_Bps], strict=True))
+    out = run(stage, [sw.poll(1.0, tx_bytes=skewed, **down) for _ in range(10)])
+    symptom = next(s for symptoms in out for s in symptoms)
+    assert symptom.evidence["members_up"] == "3 of 4" and symptom.evidence["members_down"] == UPLINKS[0]
+    assert f"{UPLINKS[0]}=" not in symptom.evidence["shares"]
+    corr = Correlator(fabric=FabricMap(ecmp_topology(UPLINKS)))
+    corr.on_symptom(symptom)
+    (event,) = corr.tick(symptom.ts_ns)
+    assert f"running on 3 of 4 members ({UPLINKS[0]} down)" in event.summary

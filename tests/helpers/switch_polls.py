@@ -30,6 +30,7 @@ COLS = [
     CounterSpec("queue_drops", index=3),
     CounterSpec("queue_occupancy_bytes", kind="gauge", index=3),
     CounterSpec("queue_watermark_bytes", kind="watermark", index=3),
+    CounterSpec("oper_down", kind="gauge"),
 ]
 
 RATE_COLS = 9  # the first nine are counters; the last two are read as they are
