@@ -183,11 +183,31 @@ def describe(
     else:
         what = f"flaps: down {n} times" if n > 1 else "went down and came back"
     job = f"; job {', '.join(incident.jobs)}" if incident.jobs else ""
-    incident.summary = f"link {link} {what}{job}"
+    ends = [(incident.root.device, incident.root.port), *([far] if far else [])]
+    fewer = _groups_short(d, ends, active) if down else ""
+    incident.evidence.pop("ecmp_groups", None)
+    if fewer:
+        incident.evidence["ecmp_groups"] = fewer
+    incident.summary = f"link {link} {what}{job}" + (f"; {fewer}" if fewer else "")
     incident.hint = (
         f"Check the optic and cable of {link}: reseat or replace the optic of a link that flaps; "
         "for one that stays down, check the far end is powered and its port enabled."
     )
+
+
+def _groups_short(d: Describer, ends: list[tuple[str, str]], active: set[SymptomKey]) -> str:
+    """The ECMP groups the down link is a member of, each with how many of its members are up
+    (those without an active link down incident of their own, approximately: a flapping one
+    counts as down between its flaps): its traffic runs on the others, which is no collapse."""
+    down = {(key[1], key[2]) for key in active if key[0] == "link_down"}
+    said = []
+    for device, port in ends:
+        for group in d.fabric.ecmp_groups(device):
+            if port in group.members:
+                members = set(group.members)
+                up = len(members) - len({(device, m) for m in members} & down)
+                said.append(f"{group.id} runs on {up} of {len(members)} members")
+    return ", ".join(said)
 
 
 def _delay_bound_s(poll_s: float, config: Any, severity: str) -> float:

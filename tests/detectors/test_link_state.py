@@ -132,3 +132,14 @@ def test_carrier_changes_count_the_link_coming_back_as_an_up_not_a_second_down()
     assert poll(1, carrier_changes=0.0) == []
     assert [(s.evidence["state"], s.evidence["flaps"]) for s in poll(2, carrier_changes=1.0)] == [("down", 1)]
     assert [(s.evidence["state"], s.evidence["flaps"]) for s in poll(9, carrier_changes=1.0)] == [("up", 1)]
+
+
+def test_a_down_uplink_says_its_ecmp_group_runs_on_the_members_left(tmp_path):
+    """Issue 34: a member that is down is not an ECMP collapse; its link incident says what the
+    group runs on while it is down, and no collapse opens."""
+    faults = "  - {kind: link_down, device: leaf00, port: Ethernet72, start: 30.3, duration: 30}"
+    events = small_fabric.replayed(tmp_path, "uplink", faults, 11, 90)
+    (firing,) = [a for a in events if a.kind == "link_down" and a.status == "firing"]
+    assert "leaf00/uplinks runs on 3 of 4 members" in firing.summary
+    assert firing.evidence["ecmp_groups"] == "leaf00/uplinks runs on 3 of 4 members"
+    assert not [a for a in events if a.kind == "ecmp_collapse"]
