@@ -47,7 +47,7 @@ def store(tmp_path_factory):
 
         def poll() -> None:
             snap = collector.read(0.2)
-            pipeline.feed(COUNTERS, snap.ts_ns, encode(snap))
+            recorder.on_anomalies(pipeline.feed(COUNTERS, snap.ts_ns, encode(snap)))
 
         poll()
         for i in range(POLLS):
@@ -70,6 +70,7 @@ def store(tmp_path_factory):
             }
             switch.advance({"pg:Ethernet12:3": marks}, set_values=True)
             poll()
+        recorder.on_anomalies(pipeline.finish())
         recorder.finish()
         switch.close()
     yield filled
@@ -121,3 +122,14 @@ def test_drops_and_priority_group_watermarks(store):
     sql = "SELECT sum(queue_dropped_bps * dt_s) / 8, sum(pg_drops_pps * dt_s) FROM rates_raw"
     (counted,) = store.query(sql)
     assert counted == pytest.approx((64_000 * POLLS, 7 * POLLS))
+
+
+def test_the_link_health_incidents_name_their_port_and_cause(store):
+    """Ethernet4's CRC errors are a link corruption incident; Ethernet12's priority group 3
+    dropping is packet loss on a lossless class (SONiC's default lossless priorities are 3 and 4)."""
+    rows = panel(store, "Link health incidents")
+    found = {(r[0], r[1], r[2]): r for r in rows}
+    assert ("leaf-7", "Ethernet4", "link_corruption") in found
+    loss = found[("leaf-7", "Ethernet12", "packet_loss")]
+    assert loss[3] == "critical" and loss[6] == "lossless_class" and loss[7] == ""
+
