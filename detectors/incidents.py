@@ -13,6 +13,7 @@ identity (kind and root), as Alertmanager's is of its labels: stable from firing
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -74,6 +75,17 @@ class Placement:
 
     def storm_root(self, key: SymptomKey, sym: Symptom) -> RootCause:
         return self.correlator.storm_membership(key, sym, self)
+
+
+ECHO_FACTOR = 10.0
+"""A NIC retransmitting more than this many times the loss ratio of a lossy link is not that
+link's echo (a lost packet is counted about once by the counters the retransmission detector reads)."""
+
+
+def _peak(group: Group, keys: tuple[str, ...], default: float) -> float:
+    """The largest of these evidence numbers among a group's symptoms; ``default`` if none has one."""
+    found = [float(m.evidence[k]) for m in group.members for k in keys if k in m.evidence]
+    return max(found, default=default)
 
 
 class Correlator:
@@ -311,22 +323,24 @@ class Correlator:
 
     def _fold_retransmission_echoes(self, groups: dict[str, Group]) -> None:
         """A lossy link makes its peers retransmit: NICs whose only oddity is retransmissions
-        (out-of-sequence, NAKs, ack timeouts) while a job they share runs on a host at one end of
-        a link that loses frames (a kind's ``loses_frames``: a link corruption incident, a learned
-        outlier with link errors) are that link's echo, part of its incident rather than
-        incidents of their own."""
+        (out-of-sequence, NAKs, ack timeouts: an ``rdma_retransmission`` group, or a learned
+        outlier on those features only) at a host whose traffic crosses a link that loses frames
+        (a kind's ``loses_frames``: link corruption, packet loss, a learned outlier with link
+        errors), or that shares a running job with such a host, are that link's echo, part of its
+        incident rather than incidents of their own."""
         kinds = self.registry.incidents
         lossy: dict[str, str] = {}
+        loss_ratio: dict[str, float] = {}
         for fp, g in groups.items():
             test = kinds[g.kind].loses_frames
             if test is not None and test(g):
-                ends = {g.root.device} | {m.device for m in g.members if self.fabric.is_nic(m.device)}
-                lossy.update((self.fabric.host_of(d), fp) for d in sorted(ends))
+                lossy.update((host, fp) for host in sorted(self._hosts_at(g)))
+                loss_ratio[fp] = _peak(g, ("peak_error_ratio", "peak_loss_ratio"), math.inf)
         self._echoes = {e: t for e, t in self._echoes.items() if t in self._incidents or t in lossy.values()}
         for fp, group in list(groups.items()):
-            if group.kind != "outlier" or fp in lossy.values():
+            if group.kind not in ("outlier", "rdma_retransmission") or fp in lossy.values():
                 continue
-            target = self._echoes.get(fp) or self._echo_source(group, lossy)
+            target = self._echoes.get(fp) or self._echo_source(group, lossy, loss_ratio)
             if target is None:
                 continue
             # Sticky, like storm membership: the echo may outlast the errors that caused it.
@@ -334,19 +348,36 @@ class Correlator:
             into = groups.get(target)
             if into is None:
                 into = groups[target] = Group(self._incidents[target].kind, self._incidents[target].root)
-            into.members.extend(group.members)
-            into.interval_ns = max(into.interval_ns, group.interval_ns)
+            into.members.extend(group.members)  # its interval stays the link's: echoes do not pace it
             del groups[fp]
 
-    def _echo_source(self, group: Group, lossy: dict[str, str]) -> str | None:
+    def _hosts_at(self, group: Group) -> set[str]:
+        """The hosts whose traffic crosses a lossy link: at its NIC ends, or under its switch ends
+        (a leaf's uplink carries its hosts' traffic to the rest of the fabric)."""
+        ends = {group.root.device} | {m.device for m in group.members}
+        far = self.fabric.peer(group.root.device, group.root.port)
+        ends |= {far[0]} if far else set()
+        nics = {self.fabric.host_of(d) for d in ends if self.fabric.is_nic(d)}
+        return nics | {h for d in ends if not self.fabric.is_nic(d) for h in self.fabric.hosts_under(d)}
+
+    def _echo_source(self, group: Group, lossy: dict[str, str], loss_ratio: dict[str, float]) -> str | None:
         """The lossy link's incident this retransmission-only group echoes, if any."""
-        features = outlier_features(group)
-        if not lossy or not features or not features <= RETRANSMISSIONS:
+        if not lossy:
             return None
+        if group.kind == "outlier":
+            features = outlier_features(group)
+            if not features or not features <= RETRANSMISSIONS:
+                return None
         host = self.fabric.host_of(group.root.device)
+        # A link losing 1e-5 of its frames cannot make a NIC resend 1e-3 of its packets: retransmitting
+        # far more than the link loses is the NIC's own doing, whoever it shares a job with.
+        resent = _peak(group, ("peak_retransmit_ratio",), 0.0)
+        explains = {h: fp for h, fp in lossy.items() if resent <= ECHO_FACTOR * loss_ratio.get(fp, math.inf)}
+        if host in explains:
+            return explains[host]  # its own link, or its leaf's
         now = max(m.ts_ns for m in group.members)
-        peers = sorted(self.jobs.hosts_sharing_a_phase(host, now) & lossy.keys())
-        return lossy[peers[0]] if peers else None
+        peers = sorted(self.jobs.hosts_sharing_a_phase(host, now) & explains.keys())
+        return explains[peers[0]] if peers else None
 
     def storm_membership(self, key: SymptomKey, sym: Symptom, placement: Placement) -> RootCause:
         """The root a paused port belongs to. Membership is sticky: when the root recovers first,

@@ -140,6 +140,7 @@ def describe(
     d: Describer, incident: Incident, group: Group, latest: Symptom, active: set[SymptomKey]
 ) -> None:
     own = [s for s in group.members if s.kind == "link_errors"]
+    latest = max(own, key=lambda s: s.ts_ns, default=latest)  # not a retransmitting peer's, folded in
     peak = max((float(s.evidence.get("peak_error_ratio", 0.0)) for s in own), default=0.0)
     incident.evidence["peak_error_ratio"] = max(peak, float(incident.evidence.get("peak_error_ratio", 0.0)))
     if any(s.evidence.get("severity") == "critical" for s in own):

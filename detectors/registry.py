@@ -24,6 +24,7 @@ from fabricwatch.detectors import (
     link_state,
     nic_congestion,
     pfc_storm,
+    retransmissions,
     silence,
 )
 from fabricwatch.detectors.outliers import detector as outliers
@@ -40,6 +41,7 @@ DETECTORS: tuple[Detector, ...] = (
     link_errors.DETECTOR,
     link_state.DETECTOR,
     drops.DETECTOR,
+    retransmissions.DETECTOR,
     outliers.DETECTOR,
     silence.DETECTOR,
 )

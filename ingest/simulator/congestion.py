@@ -67,6 +67,7 @@ def solve(fabric: Fabric, flows: Flows, active: list[tuple[Condition, int]]) -> 
     cap = fabric.link_cap.copy()
     loss = np.zeros(n_links + 1)
     dropped = np.zeros(n_links + 1)
+    resent = np.zeros(n_nics)  # share of each NIC's sends it resends for reasons of its own
     demand = flows.demand.copy()
     paused = np.zeros(n_links + 1, dtype=bool)
     down = np.zeros(n_links + 1, dtype=bool)
@@ -80,6 +81,8 @@ def solve(fabric: Fabric, flows: Flows, active: list[tuple[Condition, int]]) -> 
             loss[list(cond.links)] = cond.amount
         elif cond.kind == "drop":
             dropped[list(cond.links)] = cond.amount
+        elif cond.kind == "retransmit":
+            resent[cond.nic] = cond.amount
         elif cond.kind == "down":
             down[list(cond.links)] = True
         elif cond.kind == "stall":
@@ -117,7 +120,7 @@ def solve(fabric: Fabric, flows: Flows, active: list[tuple[Condition, int]]) -> 
     flow_marked = flow_pkts * (1.0 - np.prod(1.0 - np.append(mark_p, 0.0)[paths], axis=1))
     flow_cnp = np.minimum(flow_marked, flows.qps * CNP_PER_QP_PER_S)
     flow_lost = flow_pkts * (1.0 - np.prod((1.0 - loss[paths]) * (1.0 - dropped[paths]), axis=1))
-    seq_err = np.bincount(flows.src, flow_lost, n_nics)
+    seq_err = np.bincount(flows.src, flow_lost, n_nics) + resent * pps[fabric.nic_up]
     return FabricState(
         bps=bps,
         pps=pps,

@@ -124,6 +124,14 @@ class LinkDown(_Fault, tag="link_down"):
     up_s: float = 2.0
 
 
+class NicRetransmit(_Fault, tag="nic_retransmit"):
+    """NIC ``nic`` resends ``rate`` of what it sends, NAKed or timed out for reasons of its own
+    (firmware, its PCIe link, memory registration): no link on its paths loses anything."""
+
+    nic: str
+    rate: float = 1e-4
+
+
 class NicSlowdown(_Fault, tag="nic_slowdown"):
     nic: str
     factor: float = 0.5
@@ -149,6 +157,7 @@ Fault = (
     | HeadroomDrops
     | DropBurst
     | LinkDown
+    | NicRetransmit
     | NicSlowdown
     | DeviceSilent
 )

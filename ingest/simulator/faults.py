@@ -290,6 +290,15 @@ def _add_slowdown(c: _Context, f: fault_kinds.NicSlowdown, i: int, job: str, end
     return _label(sc, "outlier", f.start, end, RootCause(fabric.nics[nic], NIC_PORT), [], note)
 
 
+def _add_retransmit(c: _Context, f: fault_kinds.NicRetransmit, i: int, job: str, end: float) -> Label:
+    nic = c.fabric.nic_index(f.nic)
+    c.plan.conditions.append(Condition("retransmit", f.start, end, nic=nic, amount=f.rate))
+    note = f"nic_retransmit: {f.rate:g} of what it sends resent, host side (no lossy link)"
+    return _label(
+        c.sc, "rdma_retransmission", f.start, end, RootCause(c.fabric.nics[nic], NIC_PORT), [], note
+    )
+
+
 def _add_silent(c: _Context, f: fault_kinds.DeviceSilent, i: int, job: str, end: float) -> Label:
     if f.device not in c.fabric.switches and f.device not in c.fabric.nics:
         raise ValueError(f"device_silent: no device {f.device!r} in the fabric")
@@ -339,6 +348,7 @@ _ADDERS = {
     fault_kinds.ErrorBurst: _add_burst_of_errors,
     fault_kinds.HeadroomDrops: _add_drops,
     fault_kinds.DropBurst: _add_drops,
+    fault_kinds.NicRetransmit: _add_retransmit,
     fault_kinds.NicSlowdown: _add_slowdown,
     fault_kinds.DeviceSilent: _add_silent,
     fault_kinds.LinkDown: _add_link_down,

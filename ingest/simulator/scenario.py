@@ -30,6 +30,7 @@ from fabricwatch.ingest.simulator.fault_kinds import (
     Idle,
     Incast,
     LossyLink,
+    NicRetransmit,
     NicSlowdown,
     PfcStorm,
     SwitchStall,
@@ -450,6 +451,9 @@ def _check_faults(sc: Scenario, names: _Names, p: _Problems) -> None:
             _check_lossy(fault, path, names, p)
         elif isinstance(fault, HeadroomDrops | DropBurst):
             _check_drops(fault, path, names, p)
+        elif isinstance(fault, NicRetransmit):
+            p.require(names.host(fault.nic) or names.nic(fault.nic), f"{path}.nic", _host(fault.nic))
+            p.require(0 < fault.rate < 0.1, f"{path}.rate", "must be in (0, 0.1)")
         elif isinstance(fault, NicSlowdown):
             p.require(names.host(fault.nic) or names.nic(fault.nic), f"{path}.nic", _host(fault.nic))
             p.require(0 < fault.factor < 1, f"{path}.factor", "must be in (0, 1)")
