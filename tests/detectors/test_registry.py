@@ -140,6 +140,7 @@ def test_a_detector_that_reads_every_poll_stops_its_device_kind_being_skipped():
         | {"rx_crc_errors", "rx_errors", "fec_uncorrectable_blocks"}
         | {"oper_down", "link_downed", "carrier_changes"}
         | {"pg_drops", "rx_prio_discards", "queue_drops", "rx_discards", "tx_discards"}
+        | {"out_of_sequence", "packet_seq_err", "implied_nak_seq_err", "local_ack_timeout_err"}
     )
     assert REGISTRY.calm_signals("switch") is None  # incast and ECMP read every switch poll
 
@@ -190,6 +191,7 @@ def test_every_shipped_kind_says_what_a_user_sees():
         "link_corruption",
         "link_down",
         "packet_loss",
+        "rdma_retransmission",
     }
     assert REGISTRY.kinds(needs_model=True) == {"outlier"}
 
