@@ -84,11 +84,7 @@ class Drops:
         # Each direction's drops against what was offered to it; the worse of the two.
         ratio = np.fmax(_ratio(ingress, frame.port("rx_packets")), _ratio(egress, frame.port("tx_packets")))
         offered = _add(frame.port("rx_packets"), frame.port("tx_packets"), lost)
-        known = np.isfinite(lost)
-        on_lossless = lossless > 0
-        # Unknown traffic cannot make a moved drop counter negligible: the drops still count.
-        dropping = known & (lost * frame.dt_s >= 0.5) & (on_lossless | ~(ratio < cfg.min_loss_ratio))
-        step = self._streaks.step(frame.device, dropping, known, ratio, frame.ts_ns, frame.dt_s)
+        step = self._streaks.count(frame, lost, ratio, cfg.min_loss_ratio, regardless=lossless > 0)
         state = step.ports
         down = frame.port("oper_down")
 

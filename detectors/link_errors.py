@@ -74,10 +74,7 @@ class LinkErrors:
         frames = (np.full(len(frame.ports), np.nan) if rx is None else rx) + lost
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = np.where(frames > 0, lost / frames, np.nan)
-        known = np.isfinite(lost)
-        # Unknown traffic cannot make a moved error counter negligible: the errors still count.
-        erroring = known & (lost * frame.dt_s >= 0.5) & ~(ratio < cfg.min_error_ratio)
-        step = self._streaks.step(frame.device, erroring, known, ratio, frame.ts_ns, frame.dt_s)
+        step = self._streaks.count(frame, lost, ratio, cfg.min_error_ratio)
         state = step.ports
 
         def found(p: int) -> dict[str, float | int | str]:

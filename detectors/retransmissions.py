@@ -71,12 +71,8 @@ class Retransmissions:
             _per(received, frame, ("rdma_rx_packets", "rx_packets")),
             _per(resent, frame, ("rdma_tx_packets", "tx_packets")),
         )
-        events = np.fmax(received, resent)
-        known = np.isfinite(events)
         cfg = self.config
-        # Unknown traffic cannot make moved counters negligible: they still count.
-        seen = known & (events * frame.dt_s >= 0.5) & ~(ratio < cfg.min_ratio)
-        step = self._streaks.step(frame.device, seen, known, ratio, frame.ts_ns, frame.dt_s)
+        step = self._streaks.count(frame, np.fmax(received, resent), ratio, cfg.min_ratio)
         state = step.ports
 
         def found(p: int) -> dict[str, float | int | str]:

@@ -87,6 +87,22 @@ class Systematic:
     def tracked(self, device: str) -> bool:
         return device in self._devices
 
+    def count(
+        self,
+        frame: Any,
+        events: np.ndarray,
+        ratio: np.ndarray,
+        floor: float,
+        regardless: np.ndarray | bool = False,
+    ) -> Step:
+        """One poll of events per second (damaged frames, drops, resends) and their ratio to the
+        traffic: seen where at least one event happened in the poll and the ratio is not below
+        ``floor``, or ``regardless`` of it (a lossless class's drops). Unknown traffic (a NaN
+        ratio) cannot make events negligible: they still count. Unknown events are unknown."""
+        known = np.isfinite(events)
+        seen = known & (events * frame.dt_s >= 0.5) & (regardless | ~(ratio < floor))
+        return self.step(frame.device, seen, known, ratio, frame.ts_ns, frame.dt_s)
+
     def step(
         self, device: str, seen: np.ndarray, known: np.ndarray, measure: np.ndarray, ts_ns: int, dt_s: float
     ) -> Step:
