@@ -31,7 +31,7 @@ from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import LACK_OF_DATA_S
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
-from fabricwatch.detectors.systematic import Systematic
+from fabricwatch.detectors.systematic import Systematic, check_window
 from fabricwatch.schemas.config import AtLeastOne, PollWindow, Positive
 from fabricwatch.schemas.messages import RootCause, Symptom
 
@@ -57,6 +57,7 @@ class DropsConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     lack_of_data_s: Positive = LACK_OF_DATA_S
 
     def __post_init__(self) -> None:
+        check_window(self.persist_polls, self.window_polls)
         bad = [p for p in self.lossless_priorities if not 0 <= p <= 7]
         if bad:
             raise ValueError(f"lossless_priorities must be between 0 and 7, not {bad}")

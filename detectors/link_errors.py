@@ -22,7 +22,7 @@ from fabricwatch.detectors.evidence import capped, evidence, port_symptoms
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import LACK_OF_DATA_S
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
-from fabricwatch.detectors.systematic import Systematic
+from fabricwatch.detectors.systematic import Systematic, check_window
 from fabricwatch.schemas.config import AtLeastOne, PollWindow, Positive
 from fabricwatch.schemas.messages import RootCause, Symptom
 
@@ -49,6 +49,9 @@ class LinkErrorsConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """A link without errors this long (and at least ``window_polls`` polls) has recovered; an
     intermittent fault (errors every few polls) stays one incident."""
     lack_of_data_s: Positive = LACK_OF_DATA_S
+
+    def __post_init__(self) -> None:
+        check_window(self.persist_polls, self.window_polls)
 
 
 class LinkErrors:

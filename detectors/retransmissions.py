@@ -25,7 +25,7 @@ from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import LACK_OF_DATA_S
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
-from fabricwatch.detectors.systematic import Systematic
+from fabricwatch.detectors.systematic import Systematic, check_window
 from fabricwatch.schemas.config import AtLeastOne, PollWindow, Positive
 from fabricwatch.schemas.messages import RootCause, Symptom
 
@@ -47,6 +47,9 @@ class RetransmissionsConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=T
     window_polls: PollWindow = 3
     clear_after_s: Positive = 30.0
     lack_of_data_s: Positive = LACK_OF_DATA_S
+
+    def __post_init__(self) -> None:
+        check_window(self.persist_polls, self.window_polls)
 
 
 class Retransmissions:

@@ -11,11 +11,20 @@ whose ports cannot be read for ``lack_of_data_s`` ends for lack of data, never a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
+from fabricwatch.detectors.rates import RateFrame
+
 _NS = 1_000_000_000
+
+
+class SystematicConfig(Protocol):
+    persist_polls: int
+    window_polls: int
+    clear_after_s: float
+    lack_of_data_s: float
 
 
 @dataclass
@@ -59,6 +68,12 @@ _COUNT = np.array([bin(c).count("1") for c in range(1 << _WINDOW_MAX)], dtype=np
 _AGE = np.array([c.bit_length() for c in range(1 << _WINDOW_MAX)], dtype=np.int64)
 
 
+def check_window(persist_polls: int, window_polls: int) -> None:
+    """A config's streak must fit its window: more polls than the window holds never happen."""
+    if persist_polls > window_polls:
+        raise ValueError(f"persist_polls ({persist_polls}) must not be above window_polls ({window_polls})")
+
+
 class Systematic:
     """Per device, per port, a bit history of polls in which a condition was seen."""
 
@@ -75,7 +90,7 @@ class Systematic:
         self._devices: dict[str, Ports] = {}
 
     @classmethod
-    def of(cls, config: Any) -> Systematic:
+    def of(cls, config: SystematicConfig) -> Systematic:
         """From a detector's config section: its ``persist_polls``, ``window_polls``,
         ``clear_after_s`` and ``lack_of_data_s``."""
         return cls(config.persist_polls, config.window_polls, config.clear_after_s, config.lack_of_data_s)
@@ -89,7 +104,7 @@ class Systematic:
 
     def count(
         self,
-        frame: Any,
+        frame: RateFrame,
         events: np.ndarray,
         ratio: np.ndarray,
         floor: float,

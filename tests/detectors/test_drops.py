@@ -135,3 +135,14 @@ def test_drops_config_names_the_file_the_key_and_a_priority_out_of_range(tmp_pat
         load_config(path)
     text = str(caught.value)
     assert str(path) in text and "lossless_priorities" in text and "0 and 7" in text
+
+
+@pytest.mark.parametrize("section", ["drops", "link_errors", "retransmissions"])
+def test_a_streak_longer_than_its_window_is_a_config_error(tmp_path: Path, section: str):
+    """persist_polls 4 of a 3-poll window could never be met: the detector would never fire."""
+    path = tmp_path / "fabricwatch.yaml"
+    path.write_text(f"detectors:\n  {section}:\n    persist_polls: 4\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    text = str(caught.value)
+    assert str(path) in text and section in text and "window_polls" in text
