@@ -132,4 +132,3 @@ def test_the_link_health_incidents_name_their_port_and_cause(store):
     assert ("leaf-7", "Ethernet4", "link_corruption") in found
     loss = found[("leaf-7", "Ethernet12", "packet_loss")]
     assert loss[3] == "critical" and loss[6] == "lossless_class" and loss[7] == ""
-
