@@ -16,7 +16,7 @@ from helpers.snapshots import cell
 
 from fabricwatch.detectors.rates import RateEngine
 from fabricwatch.ingest.gnmi.snapshots import SnapshotAssembler
-from fabricwatch.ingest.gnmi.subscribe import GnmiTarget, stream_targets
+from fabricwatch.ingest.gnmi.subscribe import COUNTER_PATHS, GnmiTarget, stream_targets
 from fabricwatch.ingest.nic.poll import CollectStats, ProblemLog
 from fabricwatch.local.broker import free_port
 from fabricwatch.local.processes import fabricwatch_command
@@ -43,16 +43,20 @@ def collect(targets: list[GnmiTarget], until, said: list[str], timeout_s: float 
 
 
 def test_sample_subscription_gives_each_interface_s_rates():
-    target = Target([Interface("Ethernet0", 1_250_000_000, 10_000_000), Interface("Ethernet1/1", 5_000, 0)])
+    down = Interface("Ethernet1/1", 5_000, 0, oper_status="LOWER_LAYER_DOWN")
+    target = Target([Interface("Ethernet0", 1_250_000_000, 10_000_000), down])
     with Server(target) as server:
         said: list[str] = []
         snaps = collect([GnmiTarget("leaf1", server.address)], lambda s: len(s) >= 6, said)
     (request,) = target.subscriptions
     assert request.prefix.origin == "openconfig"
-    assert [s.sample_interval for s in request.subscription] == [int(INTERVAL_S * 1e9)] * 3
+    assert [s.sample_interval for s in request.subscription] == [int(INTERVAL_S * 1e9)] * len(COUNTER_PATHS)
     assert len(snaps) >= 6 and {s.device for s in snaps} == {"leaf1"}
     assert snaps[0].ports == ["Ethernet0", "Ethernet1/1"]
     assert cell(snaps[0], "Ethernet0", "rx_errors") == 7  # JSON-IETF "7": a uint64 as a string
+    # The port states subscribed by default reach the link state detector's gauges.
+    for port, state in (("Ethernet0", 0), ("Ethernet1/1", 1)):
+        assert {cell(s, port, "oper_down") for s in snaps} - {None} == {state}
     engine = RateEngine()
     frames = [f for f in (engine.update(s) for s in snaps) if f is not None]
     for frame in frames:

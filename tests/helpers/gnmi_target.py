@@ -31,6 +31,8 @@ class Interface:
     in_octets_per_s: int
     ecn_marks: int = 0
     """Queue 3's ECN-marked packets, a leaf that changes only when the test says so."""
+    oper_status: str = "UP"
+    """OpenConfig's ``oper-status``, sent when a SAMPLE subscription asks for it."""
 
 
 @dataclass
@@ -59,6 +61,7 @@ class Target(gnmi_pb2_grpc.gNMIServicer):
             for s in request.subscribe.subscription
             if s.mode == gnmi_pb2.SubscriptionMode.Value("ON_CHANGE")
         ]
+        states = any(e.name == "oper-status" for s in sample for e in s.path.elem)
         interval_s = sample[0].sample_interval / 1e9 if sample else 0.5
         sent_marks: dict[str, int] = {}
         yield gnmi_pb2.SubscribeResponse(sync_response=True)
@@ -67,6 +70,8 @@ class Target(gnmi_pb2_grpc.gNMIServicer):
             if sample:
                 for interface in self.interfaces:
                     yield self._counters(interface, now)
+                    if states:
+                        yield self._state(interface, now)
             if on_change:
                 for interface in self.interfaces:
                     if sent_marks.get(interface.name) != interface.ecn_marks:
@@ -90,6 +95,13 @@ class Target(gnmi_pb2_grpc.gNMIServicer):
             gnmi_pb2.Update(path=_path("in-errors"), val=gnmi_pb2.TypedValue(json_ietf_val=b'"7"'))
         )
         notification = gnmi_pb2.Notification(timestamp=now, prefix=prefix, update=updates)
+        return gnmi_pb2.SubscribeResponse(update=notification)
+
+    def _state(self, interface: Interface, now: int) -> gnmi_pb2.SubscribeResponse:
+        prefix = _path(f"interfaces/interface[name={interface.name}]/state", origin="openconfig")
+        state = gnmi_pb2.TypedValue(string_val=interface.oper_status)
+        update = gnmi_pb2.Update(path=_path("oper-status"), val=state)
+        notification = gnmi_pb2.Notification(timestamp=now, prefix=prefix, update=[update])
         return gnmi_pb2.SubscribeResponse(update=notification)
 
     def _marks(self, interface: Interface, now: int) -> gnmi_pb2.SubscribeResponse:
