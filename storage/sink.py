@@ -109,6 +109,7 @@ class Sink:
         self._devices, self._kinds, self._ports = Interner(), Interner(), Interner()
         self._col_maps: dict[tuple[str, ...], np.ndarray] = {}
         self._stored_metrics: list[tuple[int, str]] | None = None
+        self._anomaly_fields: frozenset[str] | None = None
 
     # --- buffering -------------------------------------------------------------------------------
 
@@ -335,7 +336,9 @@ class Sink:
         self.stats.duplicates_skipped += len(self._anomalies) - len(new)
         if not new:
             return
-        columns = anomaly_columns(new)
+        if self._anomaly_fields is None:
+            self._anomaly_fields = self.store.table_columns("anomaly_events")
+        columns = {k: v for k, v in anomaly_columns(new).items() if k in self._anomaly_fields}
         self.store.backend.insert(self.store.table("anomaly_events"), columns)
         self.stats.anomalies += len(new)
 

@@ -103,12 +103,17 @@ class Store:
     def rate_metrics(self) -> tuple[str, ...]:
         """The metrics ``rates_raw`` has here, in ``PORT_RATE_COLUMNS`` order: all of them at the
         newest schema, fewer in a database kept at an older version (``apply_schema(upto=...)``)."""
+        have = self.table_columns("rates_raw")
+        return tuple(m for m in PORT_RATE_COLUMNS if m in have)
+
+    def table_columns(self, table: str) -> frozenset[str]:
+        """The columns a table has here: a database kept at an older version lacks the newer ones,
+        which a sink then leaves out rather than failing every insert."""
         rows = self.backend.query(
             f"SELECT name FROM system.columns WHERE database = '{self.options.database}' "
-            "AND table = 'rates_raw'"
+            f"AND table = '{table}'"
         )
-        have = {r[0] for r in rows}
-        return tuple(m for m in PORT_RATE_COLUMNS if m in have)
+        return frozenset(r[0] for r in rows)
 
     def _record(self, migrations: list[Migration]) -> None:
         self.backend.insert(

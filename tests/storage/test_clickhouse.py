@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 from helpers.comm_graphs import stored_gather
@@ -200,13 +201,17 @@ def test_an_older_schema_is_upgraded_in_place(store_target, fabric_stream):
         v1 = [m for m in fabric_stream[:half] if not isinstance(m, CommGraph)]  # graphs came with v5
         with Sink(store) as sink:
             feed(sink, [*v1, *(m for m in fabric_stream[half:] if isinstance(m, Anomaly))])
-        assert store.apply_schema() == [2, 3, 4, 5]
-        assert store.schema_version() == 5
+        assert store.apply_schema() == [2, 3, 4, 5, 6]
+        assert store.schema_version() == 6
         # the new table was backfilled from the events stored before the upgrade
         latest = store.query("SELECT fingerprint, status FROM anomalies_latest FINAL ORDER BY fingerprint")
         assert len(latest) == len({a.fingerprint for a in events})
         with Sink(store) as sink:
             feed(sink, [m for m in fabric_stream[half:] if isinstance(m, PortRates)])
+            # v6: an incident's cause, through the view made again into anomalies_latest
+            feed(sink, [msgspec.structs.replace(events[-1], fingerprint="caused", caused_by="cause-fp")])
+        (caused,) = store.query("SELECT caused_by FROM anomalies_latest FINAL WHERE fingerprint = 'caused'")
+        assert caused == ("cause-fp",)
         assert count(store, "rates_raw") == rate_rows(fabric_stream)
         for table in ROLLUPS:
             assert_same_rollup(rollup(store, table), rollup_from_raw(store, table), table)
