@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from fabricwatch.detectors.evidence import evidence, port_symptoms
+from fabricwatch.detectors.evidence import capped, evidence, port_symptoms
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import LACK_OF_DATA_S
 from fabricwatch.detectors.rates import RateFrame
@@ -218,8 +218,12 @@ def describe(
     ratio = f"{incident.evidence['peak_loss_ratio']:.1e}"
     polls = latest.evidence.get("dropping_polls", "")
     job = f"; job {', '.join(incident.jobs)}" if incident.jobs else ""
+    echoes = sorted({d.fabric.host_of(s.device) for s in group.members if s.kind != "drops"} - incident.hosts)
+    peers = f"; its peers retransmit ({capped(echoes)})" if echoes else ""
+    if echoes:
+        incident.evidence["retransmitting_peers"] = capped(echoes)
     incident.summary = (
-        f"packets dropped at {at}: {what} (up to {ratio} of packets, drops in {polls} polls){job}"
+        f"packets dropped at {at}: {what} (up to {ratio} of packets, drops in {polls} polls){job}{peers}"
     )
     incident.hint = hint.format(at=at)
 

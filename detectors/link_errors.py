@@ -166,7 +166,8 @@ def describe(
     hosts = {d.fabric.host_of(dev) for dev in devices if d.fabric.is_nic(dev)}
     incident.hosts |= hosts
     d.jobs.attach(incident, hosts, incident.start_ns)
-    echoes = sorted({d.fabric.host_of(s.device) for s in group.members if s.kind != "link_errors"})
+    # Its own NIC ends resend too: they are the link, not its peers.
+    echoes = sorted({d.fabric.host_of(s.device) for s in group.members if s.kind != "link_errors"} - hosts)
     if echoes:
         incident.evidence["retransmitting_peers"] = capped(echoes)
         incident.hosts |= set(echoes)

@@ -72,3 +72,15 @@ def test_a_real_rdma_statistic_reading_with_resends_derived_from_it_is_found():
     events += pipeline.finish()
     (a,) = firing(events, "rdma_retransmission")
     assert a.root.device == "h001/mlx5_0" and a.evidence["peak_retransmit_ratio"] == 0.00052
+
+
+def test_nics_resending_behind_a_dropping_port_are_named_in_its_packet_loss(tmp_path):
+    faults = (
+        "  - {kind: headroom_drops, device: leaf00, port: Ethernet64, drop_rate: 0.0001,"
+        " start: 30.3, duration: 40}"
+    )
+    events = small_fabric.replayed(tmp_path, "drops_echo", faults, 11, 100)
+    assert not firing(events, "rdma_retransmission")
+    (loss,) = firing(events, "packet_loss")
+    named = [a for a in events if a.fingerprint == loss.fingerprint and "retransmitting_peers" in a.evidence]
+    assert named and "its peers retransmit" in named[-1].summary
