@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from fabricwatch.detectors.evidence import capped, evidence, port_symptoms
+from fabricwatch.detectors.evidence import capped, evidence, port_symptoms, worst_so_far
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import LACK_OF_DATA_S
 from fabricwatch.detectors.rates import RateFrame
@@ -199,11 +199,7 @@ def describe(
 ) -> None:
     own = [s for s in group.members if s.kind == "drops"]
     latest = max(own, key=lambda s: s.ts_ns, default=latest)  # not a retransmitting peer's, folded in
-    peak = max((float(s.evidence.get("peak_loss_ratio", 0.0)) for s in own), default=0.0)
-    incident.evidence["peak_loss_ratio"] = max(peak, float(incident.evidence.get("peak_loss_ratio", 0.0)))
-    if any(s.evidence.get("severity") == "critical" for s in own):
-        incident.severity = "critical"  # never downgraded: a lossless class that dropped once did
-    incident.evidence.pop("severity", None)
+    worst_so_far(incident, own, "peak_loss_ratio")
     cause = str(latest.evidence.get("cause", incident.evidence.get("cause", "unattributed")))
     if incident.evidence.get("cause") == "lossless_class":
         cause = "lossless_class"  # the finding that makes it critical stays the incident's

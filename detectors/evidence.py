@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from fabricwatch.detectors.incident_state import Incident
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.schemas.messages import Symptom
 
@@ -90,3 +91,15 @@ def port_symptoms(
     out = [one(p, True) for p in np.flatnonzero(active).tolist()]
     out += [one(p, False) for p in np.flatnonzero(cleared).tolist()]
     return out + [one(p, False, blind) for p in np.flatnonzero(ended).tolist()]
+
+
+def worst_so_far(incident: Incident, own: list[Symptom], peak: str) -> None:
+    """An incident's ``peak`` evidence and severity are its worst over its life, never its latest
+    symptom's: the largest ``peak`` of its own symptoms so far, and critical once any of them said
+    so (stage 1 weighed each against its detector's critical bound). The symptoms' own
+    ``severity`` is theirs, not evidence."""
+    seen = max((float(s.evidence.get(peak, 0.0)) for s in own), default=0.0)
+    incident.evidence[peak] = max(seen, float(incident.evidence.get(peak, 0.0)))
+    if any(s.evidence.get("severity") == "critical" for s in own):
+        incident.severity = "critical"
+    incident.evidence.pop("severity", None)

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from fabricwatch.detectors.evidence import capped, evidence, port_symptoms
+from fabricwatch.detectors.evidence import capped, evidence, port_symptoms, worst_so_far
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import LACK_OF_DATA_S
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
@@ -141,11 +141,7 @@ def describe(
 ) -> None:
     own = [s for s in group.members if s.kind == "link_errors"]
     latest = max(own, key=lambda s: s.ts_ns, default=latest)  # not a retransmitting peer's, folded in
-    peak = max((float(s.evidence.get("peak_error_ratio", 0.0)) for s in own), default=0.0)
-    incident.evidence["peak_error_ratio"] = max(peak, float(incident.evidence.get("peak_error_ratio", 0.0)))
-    if any(s.evidence.get("severity") == "critical" for s in own):
-        incident.severity = "critical"  # stage 1 weighed it against critical_ratio; never downgraded
-    incident.evidence.pop("severity", None)
+    worst_so_far(incident, own, "peak_error_ratio")
     erroring = _erroring(group)
     if not erroring:
         # Kept open by peers' retransmissions after its own errors cleared: it says what it said.

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from fabricwatch.detectors.evidence import evidence, port_symptoms
+from fabricwatch.detectors.evidence import evidence, port_symptoms, worst_so_far
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import LACK_OF_DATA_S
 from fabricwatch.detectors.rates import RateFrame
@@ -121,13 +121,7 @@ def describe(
     d: Describer, incident: Incident, group: Group, latest: Symptom, active: set[SymptomKey]
 ) -> None:
     own = [s for s in group.members if s.kind == "retransmitting"]
-    peak = max((float(s.evidence.get("peak_retransmit_ratio", 0.0)) for s in own), default=0.0)
-    incident.evidence["peak_retransmit_ratio"] = max(
-        peak, float(incident.evidence.get("peak_retransmit_ratio", 0.0))
-    )
-    if any(s.evidence.get("severity") == "critical" for s in own):
-        incident.severity = "critical"
-    incident.evidence.pop("severity", None)
+    worst_so_far(incident, own, "peak_retransmit_ratio")
     nic = incident.root.device
     incident.devices.add(nic)
     host = d.fabric.host_of(nic)
