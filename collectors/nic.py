@@ -13,6 +13,7 @@ from fabricwatch.collectors.metrics import CollectMetrics
 from fabricwatch.ingest.lldp.lldpcli import LldpWatch, run_lldpcli
 from fabricwatch.ingest.nic.device import ethtool_command, rdma_statistic_command
 from fabricwatch.ingest.nic.ethtool_ioctl import EthtoolIoctl
+from fabricwatch.ingest.nic.module import read_module
 from fabricwatch.ingest.nic.poll import CollectSettings, CollectStats, NicTarget, discover, poll
 from fabricwatch.ingest.nic.vendors import nic_vendors, vendor_names
 from fabricwatch.schemas import topics
@@ -55,6 +56,8 @@ def run(
             stop=frame.stop,
             on_poll=metrics.observe_poll,
             rdma_statistic=rdma_statistic_command if cfg.rdma_statistic else None,
+            module=read_module,
+            module_every_s=cfg.module_every_s,
         )
         for snap in snapshots:
             frame.put(topics.COUNTERS, snap.device, snap, snap.ts_ns)

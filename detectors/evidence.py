@@ -103,3 +103,12 @@ def worst_so_far(incident: Incident, own: list[Symptom], peak: str) -> None:
     if any(s.evidence.get("severity") == "critical" for s in own):
         incident.severity = "critical"
     incident.evidence.pop("severity", None)
+
+
+def seen_now(incident: Incident, own: list[Symptom]) -> list[Symptom]:
+    """An incident's own symptoms that still see its fault: an open one whose latest check did
+    not (``recovering``, ``systematic.Step.recovering``) says nothing new, and the incident keeps
+    what it said until it clears. Empty when there is nothing new to say; all of them when the
+    incident has said nothing yet (it fires on a check that no longer saw it)."""
+    now = [s for s in own if not s.evidence.get("recovering")]
+    return now if now or incident.summary else own

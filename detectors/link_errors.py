@@ -21,7 +21,7 @@ import numpy as np
 from fabricwatch.detectors.evidence import capped, evidence, port_symptoms, worst_so_far
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import LACK_OF_DATA_S
-from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
+from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, Ripe, SymptomKind
 from fabricwatch.detectors.systematic import Systematic, check_window
 from fabricwatch.schemas.config import AtLeastOne, PollWindow, Positive
 from fabricwatch.schemas.messages import RootCause, Symptom
@@ -69,7 +69,7 @@ class LinkErrors:
         frame = poll.frame
         if not self._streaks.tracked(frame.device) and not frame.any_above_zero(SIGNALS):
             return []  # no error counter moved and nothing open: the common poll, for free
-        lost = _lost_frames(frame)
+        lost = lost_frames(frame)
         if lost is None:
             return []
         cfg = self.config
@@ -99,7 +99,7 @@ class LinkErrors:
         )
 
 
-def _lost_frames(frame: Any) -> np.ndarray | None:
+def lost_frames(frame: Any) -> np.ndarray | None:
     """Damaged frames per second per port: CRC (or receive) errors or uncorrectable FEC codewords
     (each a frame, or part of one, lost on the wire), whichever counts more; None when the device
     counts neither. NaN where every counter it has is unknown this poll."""
@@ -131,9 +131,9 @@ def link_root(placement: Placement, key: SymptomKey, sym: Symptom) -> RootCause:
 End = tuple[str, str]
 
 
-def _erroring(group: Group) -> set[End]:
+def _erroring(group: Group, kind: str = "link_errors") -> set[End]:
     """The ends whose own symptoms are in the group (beside them: NICs retransmitting, folded in)."""
-    return {(s.device, s.port) for s in group.members if s.kind == "link_errors"}
+    return {(s.device, s.port) for s in group.members if s.kind == kind}
 
 
 def describe(
@@ -149,6 +149,27 @@ def describe(
         if part:
             incident.root = RootCause(*part.rsplit(" ", 1))
         return
+    at, part, hosts = locate(d, incident, group, erroring)
+    # Its own NIC ends resend too: they are the link, not its peers.
+    echoes = sorted({d.fabric.host_of(s.device) for s in group.members if s.kind != "link_errors"} - hosts)
+    if echoes:
+        incident.evidence["retransmitting_peers"] = capped(echoes)
+        incident.hosts |= set(echoes)
+    ratio = f"{incident.evidence['peak_error_ratio']:.1e}"
+    polls = latest.evidence.get("erroring_polls", "")
+    job = f"; job {', '.join(incident.jobs)}" if incident.jobs else ""
+    peers = f"; its peers retransmit ({capped(echoes)})" if echoes else ""
+    incident.summary = (
+        f"damaged frames received at {at} (up to {ratio} of frames, systematic: errors in {polls} polls): "
+        f"likely {part}{job}{peers}"
+    )
+
+
+def locate(d: Describer, incident: Incident, group: Group, erroring: set[End]) -> tuple[str, str, set[str]]:
+    """The failing part of a link from the ends that see it (``erroring``): one end only points
+    at the far end's transmitter or optic (the incident is rooted there), both at the cable. Sets
+    the root, the ends, the likely part, the hint, the devices, hosts and jobs; returns the ends
+    in words, the part and the link's own hosts."""
     identity = (group.root.device, group.root.port)
     far = d.fabric.peer(*identity)
     # Both ends seen once is the cable for the incident's life: the ends clear one after the other.
@@ -162,43 +183,34 @@ def describe(
     hosts = {d.fabric.host_of(dev) for dev in devices if d.fabric.is_nic(dev)}
     incident.hosts |= hosts
     d.jobs.attach(incident, hosts, incident.start_ns)
-    # Its own NIC ends resend too: they are the link, not its peers.
-    echoes = sorted({d.fabric.host_of(s.device) for s in group.members if s.kind != "link_errors"} - hosts)
-    if echoes:
-        incident.evidence["retransmitting_peers"] = capped(echoes)
-        incident.hosts |= set(echoes)
     at = " and ".join(f"{dev} {port}" for dev, port in sorted(erroring))
-    ratio = f"{incident.evidence['peak_error_ratio']:.1e}"
-    polls = latest.evidence.get("erroring_polls", "")
     if transmitter is not None:
         incident.evidence["ends"] = "one"
-        part = f"the transmitter or optic at {transmitter[0]} {transmitter[1]}, which sends them"
         incident.hint = (
             f"Replace or reseat the optic at {transmitter[0]} {transmitter[1]}; if errors continue, "
             f"the cable to {at}, then the optic there."
         )
-    elif both:
+        return at, f"the transmitter or optic at {transmitter[0]} {transmitter[1]}, which sends them", hosts
+    if both:
         incident.evidence["ends"] = "both"
-        part = "the cable between them, or both optics"
         cable = " and ".join(f"{dev} {port}" for dev, port in sorted({identity} | ({far} if far else set())))
         incident.hint = f"Replace the cable of {cable}; if errors continue, the optics at each end."
-    else:
-        incident.evidence["ends"] = "one (far end not in the topology)"
-        part = "this link (its far end is not in the topology)"
-        incident.hint = f"Check the optic and cable of {at} and of the port it is cabled to."
-    job = f"; job {', '.join(incident.jobs)}" if incident.jobs else ""
-    peers = f"; its peers retransmit ({capped(echoes)})" if echoes else ""
-    incident.summary = (
-        f"damaged frames received at {at} (up to {ratio} of frames, systematic: errors in {polls} polls): "
-        f"likely {part}{job}{peers}"
-    )
+        return at, "the cable between them, or both optics", hosts
+    incident.evidence["ends"] = "one (far end not in the topology)"
+    incident.hint = f"Check the optic and cable of {at} and of the port it is cabled to."
+    return at, "this link (its far end is not in the topology)", hosts
 
 
-def _ripe(placement: Placement, group: Group) -> bool:
-    """Errors at one end may be the first poll of errors at both: wait a poll (at most) for the
-    other end before saying which part fails."""
-    far = placement.fabric.peer(group.root.device, group.root.port)
-    return far is None or len(_erroring(group)) > 1
+def both_ends_seen(kind: str) -> Ripe:
+    """A link's incident ripe once its symptom ``kind`` is seen at both ends, or its far end is
+    not in the topology: errors at one end may be the first poll of errors at both, so it waits a
+    poll of its group (at most) for the other end before saying which part fails."""
+
+    def ripe(placement: Placement, group: Group) -> bool:
+        far = placement.fabric.peer(group.root.device, group.root.port)
+        return far is None or len(_erroring(group, kind)) > 1
+
+    return ripe
 
 
 def _delay_bound_s(poll_s: float, config: Any, severity: str) -> float:
@@ -217,7 +229,7 @@ CORRUPTION = IncidentKind(
     carried=("peak_error_ratio", "ends", "likely_part"),
     delay_bound_s=_delay_bound_s,
     delay="(persist_polls + 2) x poll (a poll's wait for the far end)",
-    ripe=_ripe,
+    ripe=both_ends_seen("link_errors"),
     loses_frames=lambda group: True,
 )
 

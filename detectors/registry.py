@@ -19,10 +19,14 @@ import msgspec
 from fabricwatch.detectors import (
     drops,
     ecmp,
+    host_bound,
     incast,
+    link_degrading,
     link_errors,
+    link_speed,
     link_state,
     nic_congestion,
+    optics,
     pfc_storm,
     retransmissions,
     silence,
@@ -39,9 +43,13 @@ DETECTORS: tuple[Detector, ...] = (
     pfc_storm.NIC_PAUSE_STORM,
     nic_congestion.DETECTOR,
     link_errors.DETECTOR,
+    link_degrading.DETECTOR,
+    link_speed.DETECTOR,
+    optics.DETECTOR,
     link_state.DETECTOR,
     drops.DETECTOR,
     retransmissions.DETECTOR,
+    host_bound.DETECTOR,
     outliers.DETECTOR,
     silence.DETECTOR,
 )
@@ -126,7 +134,7 @@ class Registry:
         or None when some detector of that device kind reads every poll."""
         signals: set[str] = set()
         for d in self.device:
-            if device_kind in d.device_kinds:
+            if device_kind in d.device_kinds and not d.paced:
                 if d.signals is None:
                     return None
                 signals |= d.signals

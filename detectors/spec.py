@@ -53,6 +53,12 @@ class DeviceDetector(Protocol):
         ...
 
 
+class PacedDetector(DeviceDetector, Protocol):
+    def due(self, device: str, ts_ns: int) -> bool:
+        """Whether the device's poll at ``ts_ns`` is to be checked (``paced.Pacer``)."""
+        ...
+
+
 class ClockWatch(Protocol):
     """A detector timed by the fabric's clock rather than by what a poll shows: told of every
     poll, swept as stage 1's time moves (``silence``)."""
@@ -194,3 +200,8 @@ class Detector:
     detectors declare theirs has its calm polls skipped by the batch path; None: every poll."""
     config: tuple[str, type[msgspec.Struct]] | None = None
     """Its section of the ``detectors:`` config: key and struct (defaults when absent)."""
+    paced: bool = False
+    """A detector of slow faults whose signals never read zero on a healthy port (corrected FEC
+    codewords on a PAM4 link, a negotiated speed, an optic's power): declaring them would end the
+    calm-poll skip for every device. Its ``make`` builds a ``PacedDetector``, given a device's poll
+    whenever it says the device is due (calm or not), and no other; its ``signals`` are ignored."""

@@ -7,7 +7,9 @@ stacked numpy passes, and a device's poll skipped when it carries none of the si
 detectors declare (no pause, ECN mark or CNP above zero on a NIC) while none of their streaks is
 open, since for such a poll they change nothing and say nothing. A fabric has ten NIC snapshots
 for every switch one, and nearly all are quiet. A kind with a detector that declares no signals
-(the switch: incast and ECMP read every poll) is never skipped.
+(the switch: incast and ECMP read every poll) is never skipped. Paced detectors (a degrading
+optic, a port at the wrong speed) are given a device's poll when they say it is due, calm or not
+(``paced.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.outliers import OutlierStage
 from fabricwatch.detectors.rates import RateEngine, RateFrame
 from fabricwatch.detectors.registry import REGISTRY, Registry
-from fabricwatch.detectors.spec import DeviceDetector, Poll
+from fabricwatch.detectors.spec import DeviceDetector, PacedDetector, Poll
 from fabricwatch.schemas.messages import Snapshot, Symptom, Topology
 
 
@@ -36,10 +38,11 @@ class Stage1:
         self.rates = RateEngine()
         self.fabric = FabricMap(None, self.config.default_link_gbps)
         self._detectors: dict[str, list[DeviceDetector]] = {"nic": [], "switch": []}
+        self._paced: dict[str, list[PacedDetector]] = {"nic": [], "switch": []}
         for spec in registry.device:
             detector = spec.make(self.config)  # type: ignore[misc]
             for kind in spec.device_kinds:
-                self._detectors[kind].append(detector)
+                (self._paced if spec.paced else self._detectors)[kind].append(detector)  # type: ignore[arg-type]
         self._watches = [spec.watch(self.config) for spec in registry.detectors if spec.watch is not None]
         self._outliers = outliers
         self._signals = {kind: registry.calm_signals(kind) for kind in self._detectors}
@@ -71,8 +74,10 @@ class Stage1:
         for i, (frame, (line, _)) in enumerate(zip(frames, speeds, strict=True)):
             if frame is None:
                 out.append((None, []))
-            elif i in after_dark or (i in calm and frame.device not in self._open):  # open: as left
+            elif i in after_dark:
                 out.append((frame, []))
+            elif i in calm and frame.device not in self._open:  # open: as left
+                out.append((frame, self._check_paced(frame, line)))
             else:
                 out.append((frame, self._detect(frame, line)))
         return out
@@ -80,7 +85,7 @@ class Stage1:
     def _detect(self, frame: RateFrame, line: np.ndarray) -> list[Symptom]:
         poll = Poll(frame, line, self.fabric)
         detectors = self._detectors.get(frame.device_kind, [])
-        symptoms = [s for d in detectors for s in d.update(poll)]
+        symptoms = [s for d in detectors for s in d.update(poll)] + self._check_paced(frame, line, poll)
         if self._signals.get(frame.device_kind) is not None:
             if any(d.open(frame.device) for d in detectors):
                 self._open.add(frame.device)
@@ -92,6 +97,15 @@ class Stage1:
             )
             symptoms += self._outliers.update(frame, line, edge)
         return symptoms
+
+    def _check_paced(self, frame: RateFrame, line: np.ndarray, poll: Poll | None = None) -> list[Symptom]:
+        """The symptoms of the paced detectors for which the device is due a check (most polls:
+        none, for the cost of a lookup)."""
+        due = [d for d in self._paced.get(frame.device_kind, ()) if d.due(frame.device, frame.ts_ns)]
+        if not due:
+            return []
+        poll = poll or Poll(frame, line, self.fabric)
+        return [s for d in due for s in d.update(poll)]
 
     def flush(self, now_ns: int, by_source: Mapping[str, int] | None = None) -> list[Symptom]:
         """Symptoms the learned outlier detector held back for batch scoring, and those of the

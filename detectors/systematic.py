@@ -62,6 +62,11 @@ class Step:
     def polls(self, p: int) -> int:
         return int(_COUNT[self.ports.history[p]])
 
+    def recovering(self, p: int) -> int:
+        """1 where an active port's latest known poll did not see it (it clears after
+        ``clear_after_s``): its evidence is no longer the fault's, and says so."""
+        return int(not self.ports.history[p] & 1)
+
 
 _WINDOW_MAX = 8
 _COUNT = np.array([bin(c).count("1") for c in range(1 << _WINDOW_MAX)], dtype=np.int64)

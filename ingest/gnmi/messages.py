@@ -70,6 +70,28 @@ NOT_PRESENT, DORMANT, TESTING, UNKNOWN; ``admin-status`` UP, DOWN, TESTING) and 
 state we cannot read as up or down is unknown, never up."""
 
 
+_SPEEDS_MBPS = {
+    "SPEED_10MB": 10,
+    "SPEED_100MB": 100,
+    "SPEED_1GB": 1_000,
+    "SPEED_2500MB": 2_500,
+    "SPEED_5GB": 5_000,
+    "SPEED_10GB": 10_000,
+    "SPEED_25GB": 25_000,
+    "SPEED_40GB": 40_000,
+    "SPEED_50GB": 50_000,
+    "SPEED_100GB": 100_000,
+    "SPEED_200GB": 200_000,
+    "SPEED_400GB": 400_000,
+    "SPEED_600GB": 600_000,
+    "SPEED_800GB": 800_000,
+    "SPEED_1600GB": 1_600_000,
+}
+STATE_LEAVES["/interfaces/interface/ethernet/state/negotiated-port-speed"] = _SPEEDS_MBPS
+"""openconfig-if-ethernet's ``ETHERNET_SPEED`` identities as the ``link_speed_mbps`` gauge: the
+speed a port's link came up at. SPEED_UNKNOWN gives no value."""
+
+
 class Point(NamedTuple):
     device: str
     ts_ns: int

@@ -33,9 +33,10 @@ COUNTER_PATHS = (
     "/qos/interfaces/interface/output/queues/queue/state",
     "/interfaces/interface/state/oper-status",
     "/interfaces/interface/state/admin-status",
+    "/interfaces/interface/ethernet/state/negotiated-port-speed",
 )
 """What is subscribed when a target names no paths: the OpenConfig counters vendor_map.csv maps,
-and each port's state (``messages.STATE_LEAVES``)."""
+and each port's state and speed (``messages.STATE_LEAVES``)."""
 
 
 class GnmiTarget(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -19,6 +19,7 @@ from fabricwatch.ingest.nic.parsers import (
     RdmaStatistic,
     parse_ethtool_stats,
     parse_rdma_statistic,
+    read_port_link,
     read_sysfs_port,
 )
 from fabricwatch.ingest.nic.vendors import nic_vendors, vendor_by_driver, vendor_by_name, vendor_names
@@ -26,6 +27,7 @@ from fabricwatch.ingest.tools import run_tool
 from fabricwatch.schemas.messages import Snapshot
 
 ETHTOOL_TIMEOUT_S = 5.0
+MODULE_SOURCE = "ethtool_module"
 
 _BY_PARENT = {"irdma", "i40iw"}
 """Drivers that serve two NIC families: the PCI function's driver (ice or i40e) tells which."""
@@ -80,6 +82,7 @@ def collect_nic(
     vendor: str | None = None,
     read_port: Callable[[Path], tuple[dict[str, int], dict[str, int]]] = read_sysfs_port,
     netlink: Mapping[str, dict[str, int]] | None = None,
+    module: Mapping[str, int] | None = None,
 ) -> Snapshot:
     """Snapshot of one RDMA device: device id ``<host>/<ib_dev>``, one row per IB port number.
 
@@ -90,6 +93,8 @@ def collect_nic(
     ``counters/`` and ``hw_counters/`` (a collector passes ``SysfsPorts.read``, files kept open).
     ``netlink`` is each port's hw counters as ``rdma statistic`` reads them (port number -> name ->
     value): they fill in what the port's sysfs hw_counters lack, and sysfs wins where both have one.
+    ``module`` is the netdev's transceiver diagnostics as gauges (``optics.optic_gauges``), on the
+    same port as its ethtool counters.
     """
     dev_dir = Path(sysfs_root) / "class" / "infiniband" / ib_dev
     ports_dir = dev_dir / "ports"
@@ -100,13 +105,18 @@ def collect_nic(
     per_port: dict[str, dict[str, dict[str, int]]] = {}
     for port in port_names:
         counters, hw_counters = read_port(ports_dir / port)
+        counters = counters | read_port_link(ports_dir / port)
         if netlink and port in netlink:
             hw_counters = netlink[port] | hw_counters
         per_port[port] = {ib_source: counters} | ({hw_source: hw_counters} if hw_source else {})
     if ethtool is not None and eth_source is not None:
         per_port[_netdev_port(ports_dir, port_names, netdev)][eth_source] = ethtool
+    if module:
+        per_port[_netdev_port(ports_dir, port_names, netdev)][MODULE_SOURCE] = dict(module)
     device = f"{host or socket.gethostname()}/{ib_dev}"
     sources = [s for s in (hw_source, eth_source, ib_source) if s is not None]
+    if module:
+        sources.append(MODULE_SOURCE)
     return build_combined_snapshot(device, "nic", ts_ns, sources, per_port)
 
 

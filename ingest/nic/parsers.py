@@ -217,6 +217,34 @@ def read_sysfs_port(port_dir: Path) -> tuple[dict[str, int], dict[str, int]]:
     return _read_int_files(counters_dir), _read_int_files(hw_dir)
 
 
+_IB_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?) Gb/sec")
+_IB_STATE_DOWN = {"1": 1, "4": 0, "5": 0}
+"""IB port states (``ib_verbs.h``): 1 DOWN; 4 ACTIVE and 5 ACTIVE_DEFER are up. INIT and ARMED
+(a link up whose port the subnet manager has not activated) say nothing of the link's health."""
+
+
+def read_port_link(port_dir: Path) -> dict[str, int]:
+    """The port's link as two gauges, from its ``rate`` ("400 Gb/sec (4X NDR)", what the link came
+    up at: ``rate`` in Mb/s) and ``state`` ("4: ACTIVE": ``state`` 0 up, 1 down) attribute files,
+    on RoCE and InfiniBand ports alike. What cannot be read or parsed is left out: unknown."""
+    out: dict[str, int] = {}
+    rate = _read_attribute(port_dir / "rate")
+    found = _IB_RATE.match(rate or "")
+    if found:
+        out["rate"] = round(float(found.group(1)) * 1000)
+    state = (_read_attribute(port_dir / "state") or "").partition(":")[0].strip()
+    if state in _IB_STATE_DOWN:
+        out["state"] = _IB_STATE_DOWN[state]
+    return out
+
+
+def _read_attribute(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def _read_int_files(directory: Path) -> dict[str, int]:
     if not directory.is_dir():
         return {}

@@ -27,6 +27,7 @@ import msgspec
 from fabricwatch.ingest.nic.device import EthtoolError, collect_nic, ethtool_command
 from fabricwatch.ingest.nic.parsers import EthtoolStats, RdmaStatistic
 from fabricwatch.ingest.nic.sysfs import SysfsPorts
+from fabricwatch.ingest.optics import ModuleReading, optic_gauges
 from fabricwatch.schemas.messages import Snapshot
 
 
@@ -44,6 +45,9 @@ class CollectSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     sysfs_root: str = "/sys"
     host: str = ""
     """Host name in device ids (default: this host's); ``FABRICWATCH_HOST`` overrides it."""
+    module_every_s: float = 60.0
+    """Seconds between two reads of each port's transceiver diagnostics (``ethtool -m``: an I2C
+    read of tens to hundreds of ms); between reads the last one goes out. 0: never read them."""
     lldp_interval_s: float | None = None
     """Seconds between LLDP reads (default: 30 when publishing; 0: none)."""
     lldp_socket: str = ""
@@ -54,6 +58,8 @@ class CollectSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     def __post_init__(self) -> None:
         if not 0.1 <= self.interval_s <= 10:
             raise ValueError(f"interval_s {self.interval_s}: must be between 0.1 and 10 seconds")
+        if self.module_every_s < 0:
+            raise ValueError(f"module_every_s {self.module_every_s}: must be 0 (never) or more seconds")
 
 
 @dataclass
@@ -160,20 +166,24 @@ def poll(
     stop: threading.Event | None = None,
     on_poll: Callable[[float], None] | None = None,
     rdma_statistic: Callable[[], RdmaStatistic] | None = None,
+    module: Callable[[str], ModuleReading] | None = None,
+    module_every_s: float = 60.0,
 ) -> Iterator[Snapshot]:
     """Yield one snapshot per readable device per poll, ``count`` polls (forever when None), until
     ``stop`` is set (checked while waiting for the next poll). ``on_poll`` gets each poll's
     duration in seconds, reads and hand-over of its snapshots included. ``rdma_statistic``, once
-    per poll, adds every link's netlink hw counters to what sysfs has."""
+    per poll, adds every link's netlink hw counters to what sysfs has. ``module`` reads a netdev's
+    transceiver diagnostics, once every ``module_every_s`` per device."""
     stats = stats if stats is not None else CollectStats()
     stop = stop or threading.Event()
     problems = ProblemLog(stats, warn)
+    modules = Modules(module, module_every_s, problems)
     with SysfsPorts() as ports:
         for _ in poll_times(interval_s, count, stats, stop, on_poll):
             netlink = _netlink_counters(rdma_statistic, problems) if rdma_statistic is not None else {}
             for t in targets:
                 mine = {str(port): c for (dev, port), c in netlink.items() if dev == t.ib_dev}
-                snap = _read(sysfs_root, t, host, ethtool, problems, ports, mine)
+                snap = _read(sysfs_root, t, host, ethtool, problems, ports, mine, modules.gauges(t))
                 if snap is not None:
                     stats.snapshots += 1
                     yield snap
@@ -187,6 +197,7 @@ def _read(
     problems: ProblemLog,
     ports: SysfsPorts,
     netlink: dict[str, dict[str, int]],
+    module: dict[str, int] | None = None,
 ) -> Snapshot | None:
     ts_ns = time.time_ns()
     counters = _ethtool_counters(t, ethtool, problems) if ethtool is not None and t.netdev else None
@@ -201,12 +212,42 @@ def _read(
             vendor=t.vendor,
             read_port=ports.read,
             netlink=netlink,
+            module=module,
         )
     except (ValueError, OSError) as exc:
         problems.failed(t.ib_dev, "device", f"{exc}; skipped")
         return None
     problems.ok(t.ib_dev, "device")
     return snap
+
+
+class Modules:
+    """Each device's transceiver diagnostics, read once every ``every_s`` and repeated between
+    reads (a module refreshes them about once a second; its thresholds never change). A failed
+    read costs them until the next one succeeds: said once, counted, never a stale value."""
+
+    def __init__(
+        self, read: Callable[[str], ModuleReading] | None, every_s: float, problems: ProblemLog
+    ) -> None:
+        self._read, self._every_s, self._problems = read, every_s, problems
+        self._last: dict[str, tuple[float, dict[str, int] | None]] = {}
+
+    def gauges(self, t: NicTarget) -> dict[str, int] | None:
+        if self._read is None or not self._every_s or not t.netdev:
+            return None
+        now = time.monotonic()
+        last = self._last.get(t.ib_dev)
+        if last is not None and now - last[0] < self._every_s:
+            return last[1]
+        try:
+            gauges: dict[str, int] | None = optic_gauges(self._read(t.netdev))
+        except (EthtoolError, ValueError) as exc:
+            self._problems.failed(t.ib_dev, "module", f"ethtool -m {t.netdev}: {exc}; its optics unknown")
+            gauges = None
+        else:
+            self._problems.ok(t.ib_dev, "module")
+        self._last[t.ib_dev] = (now, gauges)
+        return gauges
 
 
 RDMA_STATISTIC = "rdma statistic"

@@ -34,6 +34,12 @@ CNP_PER_QP_PER_S = 1 / 50e-6  # the notification point sends at most one CNP per
 PAUSE_QUANTA_BITS = 65535 * 512  # a maximal pause; switches refresh it at half its length
 ACK_TIMEOUT_SHARE = 0.02
 SYMBOLS_PER_BAD_FRAME = 3  # losses at the tail of a message are recovered by timeout, not NAK
+HEALTHY_PRE_FEC_BER = 1e-9  # SONiC fec-stats of sound links read 1e-12 to 2e-9; FEC still corrects
+LOSSY_PRE_FEC_BER = 2.4e-4  # a link losing frames after FEC is past the RS(544,514) limit
+HEALTHY_TX_MW = 0.9  # a sound optic's laser (-0.5 dBm), at the bias it was made to run at
+HEALTHY_BIAS_MA = 7.0
+FAILING_BIAS_MA = 10.5  # an ageing laser draws ever more current to hold its power, past its alarm
+HOST_BOUND_PAUSE = 0.1  # a NIC its host cannot drain pauses its leaf in short spells, not a storm
 
 
 @dataclass(frozen=True)
@@ -51,12 +57,17 @@ class FabricState:
     errors: np.ndarray  # corrupted packets/s seen by the link's receiver
     symbols: np.ndarray  # symbol errors/s at the link's receiver: a bad link corrupts idles too
     ingress_drops: np.ndarray  # lossless packets/s the link's receiving switch drops at ingress
+    corrected_bits: np.ndarray  # bits/s FEC corrects at the link's receiver (idles too)
+    speed_bps: np.ndarray  # the speed the link came up at (below line rate after a downshift)
+    tx_mw: np.ndarray  # optical power the link's transmitter sends
+    bias_ma: np.ndarray  # its laser's bias current
     nic_ecn: np.ndarray
     nic_cnp_sent: np.ndarray
     nic_cnp_received: np.ndarray
     nic_oos: np.ndarray
     nic_seq_err: np.ndarray
     nic_ack_timeout: np.ndarray
+    nic_pcie_stalled: np.ndarray  # share of seconds the NIC's PCIe transfers stall (host-bound)
 
 
 def solve(fabric: Fabric, flows: Flows, active: list[tuple[Condition, int]]) -> FabricState:
@@ -68,17 +79,33 @@ def solve(fabric: Fabric, flows: Flows, active: list[tuple[Condition, int]]) -> 
     loss = np.zeros(n_links + 1)
     dropped = np.zeros(n_links + 1)
     resent = np.zeros(n_nics)  # share of each NIC's sends it resends for reasons of its own
+    host_bound = np.zeros(n_nics)  # share of time a NIC pauses its leaf, its host draining slowly
     demand = flows.demand.copy()
     paused = np.zeros(n_links + 1, dtype=bool)
     down = np.zeros(n_links + 1, dtype=bool)
+    ber = np.full(n_links, HEALTHY_PRE_FEC_BER)
+    speed = fabric.link_cap * 8.0
+    tx_mw = np.full(n_links, HEALTHY_TX_MW)
+    bias_ma = np.full(n_links, HEALTHY_BIAS_MA)
     unpaused_roots: list[int] = []  # stalled switch egresses: blocked, but nobody pauses them
     # -1 pads the paths; point it at an extra, idle link so gathers need no masks.
     paths = np.where(flows.paths < 0, n_links, flows.paths)
     for cond, stage in active:
-        if cond.kind == "slow":
+        if cond.kind in ("slow", "pcie"):
             cap[[fabric.nic_up[cond.nic], fabric.nic_down[cond.nic]]] *= cond.amount
+            if cond.kind == "pcie":
+                host_bound[cond.nic] = HOST_BOUND_PAUSE
         elif cond.kind == "loss":
             loss[list(cond.links)] = cond.amount
+            ber[list(cond.links)] = LOSSY_PRE_FEC_BER
+        elif cond.kind == "degrade":
+            ber[list(cond.links)] = cond.amount
+        elif cond.kind == "optic":
+            tx_mw[list(cond.links)] = cond.amount
+            bias_ma[list(cond.links)] = FAILING_BIAS_MA
+        elif cond.kind == "downshift":
+            cap[list(cond.links)] *= cond.amount
+            speed[list(cond.links)] *= cond.amount
         elif cond.kind == "drop":
             dropped[list(cond.links)] = cond.amount
         elif cond.kind == "retransmit":
@@ -111,6 +138,7 @@ def solve(fabric: Fabric, flows: Flows, active: list[tuple[Condition, int]]) -> 
     pause = _feeders_pause(paths, live, congestion_pause, n_links)
     pause[paused[:-1]] = 1.0
     pause[unpaused_roots] = 0.0
+    pause[fabric.nic_down] = np.maximum(pause[fabric.nic_down], host_bound)
     mark_p = np.where(
         switch_tx, _red(queue, spec.ecn_kmin_kb * 1024, spec.ecn_kmax_kb * 1024, spec.ecn_pmax), 0.0
     )
@@ -134,12 +162,17 @@ def solve(fabric: Fabric, flows: Flows, active: list[tuple[Condition, int]]) -> 
         errors=pps * loss[:-1],
         ingress_drops=pps * dropped[:-1],
         symbols=cap / wire * loss[:-1] * SYMBOLS_PER_BAD_FRAME,
+        corrected_bits=speed * ber,
+        speed_bps=speed,
+        tx_mw=tx_mw,
+        bias_ma=bias_ma,
         nic_ecn=np.bincount(flows.dst, flow_marked, n_nics),
         nic_cnp_sent=np.bincount(flows.dst, flow_cnp, n_nics),
         nic_cnp_received=np.bincount(flows.src, flow_cnp, n_nics),
         nic_oos=np.bincount(flows.dst, flow_lost, n_nics),
         nic_seq_err=seq_err,
         nic_ack_timeout=seq_err * ACK_TIMEOUT_SHARE,
+        nic_pcie_stalled=(host_bound > 0).astype(float),
     )
 
 

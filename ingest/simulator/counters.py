@@ -24,16 +24,50 @@ NEAR_WRAP = {32: 2**10, 64: 2**36}  # ``near_wrap`` start: this far below the wr
 QUEUE = 3  # the lossless queue all RoCE traffic uses
 
 _PFC = ("rx_pfc_frames", "tx_pfc_frames", "rx_pfc_duration_us", "tx_pfc_duration_us")
-_NIC_32BIT = ("out_of_buffer", "out_of_sequence", "packet_seq_err", "local_ack_timeout_err")
+_NIC_32BIT = (
+    "out_of_buffer",
+    "out_of_sequence",
+    "packet_seq_err",
+    "local_ack_timeout_err",
+    "pcie_stall_read_seconds",
+    "pcie_stall_write_seconds",
+)
 _LINK = ("carrier_changes", "link_downed", "oper_down")
 _ADDED = ("pg_drops",)
 """Columns added after the link-state ones, drawn from the link columns' generator after them."""
+OPTIC_THRESHOLDS = {
+    "optic_rx_power_low_alarm_nw": 44_600,  # -13.5 dBm: the thresholds of sonic-utilities' mock
+    "optic_rx_power_low_warning_nw": 112_200,  # module (TRANSCEIVER_DOM_THRESHOLD|Ethernet0)
+    "optic_tx_power_low_alarm_nw": 200_000,
+    "optic_tx_power_low_warning_nw": 300_000,
+    "optic_bias_high_alarm_ua": 10_000,
+    "optic_bias_high_warning_ua": 9_500,
+    "optic_temperature_high_alarm_mc": 75_000,
+    "optic_temperature_high_warning_mc": 70_000,
+}
+FIBRE_LOSS = 0.8  # about 1 dB between a transmitter and the far end's receiver
+MODULE_TEMPERATURE_MC = 45_000
+_PHY = (
+    "fec_corrected_bits",
+    "link_speed_mbps",
+    "optic_rx_power_nw",
+    "optic_tx_power_nw",
+    "optic_bias_ua",
+    "optic_temperature_mc",
+    *OPTIC_THRESHOLDS,
+)
+"""Added after those, and drawn after them: what the physical layer says of a link's health."""
+PHY_GAUGES = tuple(name for name in _PHY if name != "fec_corrected_bits")
+"""Gauges a poll reads from the fabric's state as it is (``run.py``)."""
+_PCIE = ("pcie_stall_read_seconds", "pcie_stall_write_seconds")
 NIC_COUNTERS = (
     ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets", "rx_discards", "rx_errors", "symbol_errors"),
     _LINK,
     _PFC,
     ("rx_ecn_marked_packets", "cnp_sent", "cnp_received", *_NIC_32BIT),
     ("pause_storm_warning_events", "pause_storm_error_events"),
+    _PHY,
+    _PCIE,
 )
 SWITCH_COUNTERS = (
     (
@@ -51,6 +85,7 @@ SWITCH_COUNTERS = (
     ("queue_tx_bytes", "queue_tx_packets", "queue_drops", "queue_ecn_marked_packets"),
     ("queue_occupancy_bytes", "queue_watermark_bytes"),
     _ADDED,
+    _PHY,
 )
 # Columns that follow traffic leaving (tx) or entering (rx) the port: they share that link's noise.
 _TX_NOISY = {
@@ -116,6 +151,8 @@ def rates(fabric: Fabric, st: FabricState) -> Rates:
     nic[:, t.col("out_of_sequence")] = st.nic_oos
     nic[:, t.col("packet_seq_err")] = st.nic_seq_err
     nic[:, t.col("local_ack_timeout_err")] = st.nic_ack_timeout
+    nic[:, t.col("pcie_stall_read_seconds")] = st.nic_pcie_stalled
+    nic[:, t.col("pcie_stall_write_seconds")] = st.nic_pcie_stalled
 
     out, inn = fabric.port_out[fabric.n_nics :], fabric.port_in[fabric.n_nics :]
     sw = np.zeros((len(out), len(SWITCH_TABLE.specs)))
@@ -139,6 +176,14 @@ def _fill_port(m: np.ndarray, t: Table, st: FabricState, out: np.ndarray, inn: n
     m[:, t.col("rx_packets")] = st.pps[inn]
     m[:, t.col("rx_errors")] = st.errors[inn]
     m[:, t.col("symbol_errors")] = st.symbols[inn]
+    m[:, t.col("fec_corrected_bits")] = st.corrected_bits[inn]
+    m[:, t.col("link_speed_mbps")] = st.speed_bps[inn] / 1e6
+    m[:, t.col("optic_tx_power_nw")] = st.tx_mw[out] * 1e6
+    m[:, t.col("optic_bias_ua")] = st.bias_ma[out] * 1e3
+    m[:, t.col("optic_rx_power_nw")] = st.tx_mw[inn] * FIBRE_LOSS * 1e6
+    m[:, t.col("optic_temperature_mc")] = MODULE_TEMPERATURE_MC
+    for name, value in OPTIC_THRESHOLDS.items():
+        m[:, t.col(name)] = value
     # The peer pausing our egress is what we receive; our pausing the peer's egress is what we send.
     m[:, t.col("rx_pfc_frames", QUEUE)] = st.pause[out] * st.pause_fps[out]
     m[:, t.col("rx_pfc_duration_us", QUEUE)] = st.pause[out] * 1e6
@@ -191,9 +236,10 @@ def _offsets(table: Table, rows: int, start: str, rng: np.random.Generator) -> n
     draw from it after them, leaving theirs as they were too."""
     link = np.array([s.name in _LINK for s in table.specs])
     added = np.array([s.name in _ADDED for s in table.specs])
+    phy = np.array([s.name in _PHY + _PCIE for s in table.specs])
     out = np.zeros((rows, len(table.specs)), dtype=np.uint64)
     own = np.random.default_rng(rng.bit_generator.seed_seq.spawn(1)[0])  # type: ignore[attr-defined]
-    for cols, draw in ((~link & ~added, rng), (link, own), (added, own)):
+    for cols, draw in ((~link & ~added & ~phy, rng), (link, own), (added, own), (phy, own)):
         if cols.any():
             out[:, cols] = _draw(table.mask32[cols], rows, start, draw)
     return out

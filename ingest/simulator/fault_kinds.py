@@ -88,6 +88,35 @@ class LossyLink(_Fault, tag="lossy_link"):
     """Only what ``device`` receives is damaged (the far end's optic fails: the label's root)."""
 
 
+class DegradingLink(_Fault, tag="degrading_link"):
+    """The link of ``device`` (``port`` on a switch) wears out: FEC corrects ``pre_fec_ber`` of its
+    bits, still below the limit at which frames are lost."""
+
+    device: str
+    port: str = ""
+    pre_fec_ber: float = 5e-5
+    one_way: bool = False
+    """Only what ``device`` receives (the far end's transmitter wears: the label's root)."""
+
+
+class FailingOptic(_Fault, tag="failing_optic"):
+    """The optic of ``device`` (``port`` on a switch) fails: its laser sends ``power_mw`` (past
+    its low alarm) and draws more current to try; the far end receives a weak signal."""
+
+    device: str
+    port: str = ""
+    power_mw: float = 0.05
+
+
+class SpeedDownshift(_Fault, tag="speed_downshift"):
+    """The link of ``device`` (``port`` on a switch) comes up at ``factor`` of its speed (a lane
+    down, a bad negotiation): it carries that much less, and both ends say so."""
+
+    device: str
+    port: str = ""
+    factor: float = 0.5
+
+
 class ErrorBurst(_Fault, tag="error_burst"):
     """A burst of damaged frames at ``device``, over within a poll: a look-alike of a failing link."""
 
@@ -132,6 +161,15 @@ class NicRetransmit(_Fault, tag="nic_retransmit"):
     rate: float = 1e-4
 
 
+class PcieCappedNic(_Fault, tag="pcie_capped_nic"):
+    """NIC ``nic``'s host drains it at ``factor`` of line rate (a PCIe link trained down, a slot
+    shared with another device, the wrong NUMA node): its PCIe transfers stall and it pauses its
+    leaf in short spells while its link runs well below line rate."""
+
+    nic: str
+    factor: float = 0.4
+
+
 class NicSlowdown(_Fault, tag="nic_slowdown"):
     nic: str
     factor: float = 0.5
@@ -153,11 +191,15 @@ Fault = (
     | AbsorbedBurst
     | Idle
     | LossyLink
+    | DegradingLink
+    | FailingOptic
+    | SpeedDownshift
     | ErrorBurst
     | HeadroomDrops
     | DropBurst
     | LinkDown
     | NicRetransmit
     | NicSlowdown
+    | PcieCappedNic
     | DeviceSilent
 )

@@ -253,6 +253,39 @@ def _add_lossy(c: _Context, f: fault_kinds.LossyLink, i: int, job: str, end: flo
     return _label(c.sc, "link_corruption", f.start, end, root, [], note)
 
 
+def _add_degrading(c: _Context, f: fault_kinds.DegradingLink, i: int, job: str, end: float) -> Label:
+    port, root = _link_end(c.fabric, f.device, f.port)
+    inward, outward = int(c.fabric.port_in[port]), int(c.fabric.port_out[port])
+    links = (inward,) if f.one_way else (outward, inward)
+    c.plan.conditions.append(Condition("degrade", f.start, end, links=links, amount=f.pre_fec_ber))
+    note = f"degrading_link: pre-FEC bit error rate {f.pre_fec_ber:g}, no frame lost"
+    if f.one_way:
+        root = RootCause(*c.fabric.port_label(int(c.fabric.link_tx[inward])))
+        note += f" (what {f.device} receives: the far end's transmitter)"
+    return _label(c.sc, "link_degrading", f.start, end, root, [], note)
+
+
+def _add_failing_optic(c: _Context, f: fault_kinds.FailingOptic, i: int, job: str, end: float) -> Label:
+    port, root = _link_end(c.fabric, f.device, f.port)
+    outward = int(c.fabric.port_out[port])
+    c.plan.conditions.append(Condition("optic", f.start, end, links=(outward,), amount=f.power_mw))
+    note = (
+        f"failing_optic: its laser sends {f.power_mw:g} mW at a climbing bias; the far end receives it weak"
+    )
+    return _label(c.sc, "optics_out_of_range", f.start, end, root, [], note)
+
+
+def _add_downshift(c: _Context, f: fault_kinds.SpeedDownshift, i: int, job: str, end: float) -> Label:
+    port, root = _link_end(c.fabric, f.device, f.port)
+    far = int(c.fabric.link_tx[int(c.fabric.port_in[port])])
+    links = (int(c.fabric.port_in[port]), int(c.fabric.port_out[port]))
+    c.plan.conditions.append(Condition("downshift", f.start, end, links=links, amount=f.factor))
+    ends = [root, RootCause(*c.fabric.port_label(far))]
+    root = sorted(ends, key=lambda r: (r.device not in c.fabric.nics, r.device, r.port))[0]
+    note = f"speed_downshift: the link runs at {f.factor:.0%} of its speed"
+    return _label(c.sc, "slow_link", f.start, end, root, [], note)
+
+
 def _add_burst_of_errors(c: _Context, f: fault_kinds.ErrorBurst, i: int, job: str, end: float) -> Label:
     port, root = _link_end(c.fabric, f.device, f.port)
     links = (int(c.fabric.port_in[port]),)
@@ -288,6 +321,13 @@ def _add_slowdown(c: _Context, f: fault_kinds.NicSlowdown, i: int, job: str, end
     plan.conditions.append(Condition("slow", f.start, end, nic=nic, amount=f.factor))
     note = f"nic_slowdown: bandwidth silently drops to {f.factor:.0%} of line rate"
     return _label(sc, "outlier", f.start, end, RootCause(fabric.nics[nic], NIC_PORT), [], note)
+
+
+def _add_pcie_capped(c: _Context, f: fault_kinds.PcieCappedNic, i: int, job: str, end: float) -> Label:
+    nic = c.fabric.nic_index(f.nic)
+    c.plan.conditions.append(Condition("pcie", f.start, end, nic=nic, amount=f.factor))
+    note = f"pcie_capped_nic: its host drains it at {f.factor:.0%} of line rate (PCIe stalls, short pauses)"
+    return _label(c.sc, "nic_host_bound", f.start, end, RootCause(c.fabric.nics[nic], NIC_PORT), [], note)
 
 
 def _add_retransmit(c: _Context, f: fault_kinds.NicRetransmit, i: int, job: str, end: float) -> Label:
@@ -345,11 +385,15 @@ _ADDERS = {
     fault_kinds.BalancedAllReduce: _add_balanced,
     fault_kinds.Idle: _add_idle,
     fault_kinds.LossyLink: _add_lossy,
+    fault_kinds.DegradingLink: _add_degrading,
+    fault_kinds.SpeedDownshift: _add_downshift,
+    fault_kinds.FailingOptic: _add_failing_optic,
     fault_kinds.ErrorBurst: _add_burst_of_errors,
     fault_kinds.HeadroomDrops: _add_drops,
     fault_kinds.DropBurst: _add_drops,
     fault_kinds.NicRetransmit: _add_retransmit,
     fault_kinds.NicSlowdown: _add_slowdown,
+    fault_kinds.PcieCappedNic: _add_pcie_capped,
     fault_kinds.DeviceSilent: _add_silent,
     fault_kinds.LinkDown: _add_link_down,
 }

@@ -22,7 +22,15 @@ from pathlib import Path
 import numpy as np
 
 from fabricwatch.ingest.simulator.congestion import solve
-from fabricwatch.ingest.simulator.counters import NIC_TABLE, SWITCH_TABLE, Bank, Rates, Table, rates
+from fabricwatch.ingest.simulator.counters import (
+    NIC_TABLE,
+    PHY_GAUGES,
+    SWITCH_TABLE,
+    Bank,
+    Rates,
+    Table,
+    rates,
+)
 from fabricwatch.ingest.simulator.fabric import NIC_PORT, Fabric, build_fabric
 from fabricwatch.ingest.simulator.faults import FaultPlan, plan_faults
 from fabricwatch.ingest.simulator.graphs import comm_graphs
@@ -263,6 +271,12 @@ class _Simulation:
         sw_values[:, self.sw_bank.watermark] = np.round(peak).astype(np.uint64)
         self.peak = np.where(read_sw, occupancy, peak)  # read-and-clear, on the devices actually read
         self._link_states(t, nic_values, sw_values)
+        for values, rate, table in (
+            (nic_values, self.last_nic, NIC_TABLE),
+            (sw_values, self.last_sw, SWITCH_TABLE),
+        ):
+            cols = [table.col(name) for name in PHY_GAUGES]
+            values[:, cols] = np.round(rate[:, cols]).astype(np.uint64)
         rows = nic_values.tolist() + sw_values.tolist()
         read_ns = self.sc.start_ns + t_ns - jitter_ns
         for d in np.argsort(read_ns, kind="stable").tolist():

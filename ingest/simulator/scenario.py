@@ -22,8 +22,10 @@ from fabricwatch.ingest.simulator.fault_kinds import (
     AbsorbedBurst,
     BalancedAllReduce,
     Burst,
+    DegradingLink,
     DropBurst,
     EcmpCollapse,
+    FailingOptic,
     Fault,
     HeadroomDrops,
     HostSelection,
@@ -32,7 +34,9 @@ from fabricwatch.ingest.simulator.fault_kinds import (
     LossyLink,
     NicRetransmit,
     NicSlowdown,
+    PcieCappedNic,
     PfcStorm,
+    SpeedDownshift,
     SwitchStall,
 )
 from fabricwatch.schemas.config import ConfigError, check_keys
@@ -448,13 +452,26 @@ def _check_faults(sc: Scenario, names: _Names, p: _Problems) -> None:
             p.require(names.leaf(fault.leaf), f"{path}.leaf", _unknown(fault.leaf))
             _check_load(fault.load, f"{path}.load", p)
         elif isinstance(fault, LossyLink):
-            _check_lossy(fault, path, names, p)
+            _check_link_end(fault, path, names, p)
+            p.require(0 < fault.loss_rate < 0.1, f"{path}.loss_rate", "must be in (0, 0.1)")
+        elif isinstance(fault, DegradingLink):
+            _check_link_end(fault, path, names, p)
+            ok = 0 < fault.pre_fec_ber < 2.4e-4
+            p.require(ok, f"{path}.pre_fec_ber", "must be in (0, 2.4e-4): above it FEC fails (lossy_link)")
+        elif isinstance(fault, FailingOptic):
+            _check_link_end(fault, path, names, p)
+            p.require(
+                0 <= fault.power_mw < 0.2, f"{path}.power_mw", "must be in [0, 0.2): past its low alarm"
+            )
+        elif isinstance(fault, SpeedDownshift):
+            _check_link_end(fault, path, names, p)
+            p.require(0 < fault.factor < 1, f"{path}.factor", "must be in (0, 1)")
         elif isinstance(fault, HeadroomDrops | DropBurst):
             _check_drops(fault, path, names, p)
         elif isinstance(fault, NicRetransmit):
             p.require(names.host(fault.nic) or names.nic(fault.nic), f"{path}.nic", _host(fault.nic))
             p.require(0 < fault.rate < 0.1, f"{path}.rate", "must be in (0, 0.1)")
-        elif isinstance(fault, NicSlowdown):
+        elif isinstance(fault, NicSlowdown | PcieCappedNic):
             p.require(names.host(fault.nic) or names.nic(fault.nic), f"{path}.nic", _host(fault.nic))
             p.require(0 < fault.factor < 1, f"{path}.factor", "must be in (0, 1)")
 
@@ -490,14 +507,16 @@ def _check_collapse(fault: EcmpCollapse, path: str, names: _Names, p: _Problems,
     )
 
 
-def _check_lossy(fault: LossyLink, path: str, names: _Names, p: _Problems) -> None:
+def _check_link_end(
+    fault: LossyLink | DegradingLink | FailingOptic | SpeedDownshift, path: str, names: _Names, p: _Problems
+) -> None:
+    """A link fault's ``device`` (a host, a NIC or a switch) and, on a switch, its ``port``."""
     endpoint = names.host(fault.device) or names.nic(fault.device)
     switch = names.leaf(fault.device) or names.spine(fault.device)
     p.require(endpoint or switch, f"{path}.device", _unknown(fault.device))
     if switch:
         ok = names.switch_port(fault.device, fault.port)
         p.require(ok, f"{path}.port", f"unknown port {fault.port!r} on {fault.device}")
-    p.require(0 < fault.loss_rate < 0.1, f"{path}.loss_rate", "must be in (0, 0.1)")
 
 
 def _check_drops(fault: HeadroomDrops | DropBurst, path: str, names: _Names, p: _Problems) -> None:

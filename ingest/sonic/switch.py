@@ -41,6 +41,7 @@ import numpy as np
 import redis
 
 from fabricwatch.ingest.mapping import port_order, resolve, vendor_names
+from fabricwatch.ingest.sonic.phy import PHY_COLUMNS, STATE_DB, PhyReader
 from fabricwatch.schemas.messages import CounterSpec, Snapshot
 
 APPL_DB = 0
@@ -292,6 +293,7 @@ class SonicSwitch:
     _maps: dict[str, dict[str, str]] = field(default_factory=dict)
     _client: redis.Redis | None = None
     _appl: redis.Redis | None = None
+    _phy: PhyReader | None = None
     _prev: np.ndarray | None = None
     _groups: dict[str, _GroupState] = field(default_factory=dict)
     _said: set[str] = field(default_factory=set)
@@ -313,7 +315,7 @@ class SonicSwitch:
         return snap
 
     def close(self) -> None:
-        for client in (self._client, self._appl):
+        for client in (self._client, self._appl, self._phy.client if self._phy else None):
             if client is not None:
                 client.close()
 
@@ -330,7 +332,8 @@ class SonicSwitch:
         if not plan.pruned and seen.any() and not seen.all():
             raw, valid, plan = self._prune(plan, raw, valid, seen)
         self._mark_stale(plan, raw, valid, poll_interval_s)
-        return _snapshot(self.name, ts_ns, plan, raw, valid, self._port_states(plan.ports))
+        extra = [(STATE_COLUMNS, self._port_states(plan.ports)), (PHY_COLUMNS, self._phy_rows(plan.ports))]
+        return _snapshot(self.name, ts_ns, plan, raw, valid, extra)
 
     def _port_states(self, ports: list[str]) -> list[list[int | None]] | None:
         """Per port, ``STATE_COLUMNS`` from APPL_DB's ``PORT_TABLE``; None when it knows none."""
@@ -346,6 +349,18 @@ class SonicSwitch:
             return None
         states = [[_DOWN.get(v) for v in reply] for reply in replies]
         return states if any(v is not None for row in states for v in row) else None
+
+    def _phy_rows(self, ports: list[str]) -> list[list[int | None]] | None:
+        """Per port, ``PHY_COLUMNS`` from STATE_DB (``phy.py``); None when it knows none."""
+        try:
+            if self._phy is None:
+                self._phy = PhyReader(_client(with_db(self.url, STATE_DB), STATE_DB, self.timeout_s))
+            return self._phy.rows(ports)
+        except (redis.RedisError, OSError) as exc:
+            self._say_once(
+                "state_db", f"STATE_DB unreadable ({type(exc).__name__}: {exc}); speeds and optics unknown"
+            )
+            return None
 
     def _prune(
         self, plan: _Plan, raw: np.ndarray, valid: np.ndarray, seen: np.ndarray
@@ -512,16 +527,19 @@ def _snapshot(
     plan: _Plan,
     raw: np.ndarray,
     valid: np.ndarray,
-    states: list[list[int | None]] | None = None,
+    extra: Sequence[tuple[list[CounterSpec], list[list[int | None]] | None]] = (),
 ) -> Snapshot:
+    """``extra``: gauges read beside the counters (port states, the physical layer), each with
+    its columns; a part that knows nothing (None) adds no column."""
     rows = raw.tolist()
     if not valid.all():
         for r, c in zip(*np.nonzero(~valid), strict=True):
             rows[r][c] = None
     counters = plan.counters
-    if states is not None:
-        rows = [row + state for row, state in zip(rows, states, strict=True)]
-        counters = [*counters, *STATE_COLUMNS]
+    for columns, values in extra:
+        if values is not None:
+            rows = [row + more for row, more in zip(rows, values, strict=True)]
+            counters = [*counters, *columns]
     return Snapshot(
         device=device,
         device_kind="switch",

@@ -257,3 +257,20 @@ def test_port_states_become_the_link_gauges_and_a_state_neither_up_nor_down_is_u
     assert cell(leaf, "Ethernet3", "oper_down") is None  # TESTING: unknown, never up
     assert cell(srl, "ethernet-1/1", "oper_down") == 1 and cell(srl, "ethernet-1/1", "admin_down") == 0
     assert assembler.stats.unknown_paths == 0
+
+
+def test_the_negotiated_speed_becomes_the_speed_gauge_and_an_unknown_speed_says_nothing():
+    """openconfig-if-ethernet's ``ETHERNET_SPEED`` identities, with and without their module
+    prefix, as gnmic event messages of the documented shape (generated)."""
+    speed = "/interfaces/interface/ethernet/state/negotiated-port-speed"
+    messages = [
+        event("leaf1", T0, speed, "openconfig-if-ethernet:SPEED_200GB", interface_name="Ethernet1"),
+        event("leaf1", T0, speed, "SPEED_400GB", interface_name="Ethernet2"),
+        event("leaf1", T0, speed, "SPEED_UNKNOWN", interface_name="Ethernet3"),
+        event("leaf1", T0, f"{OC}/in-octets", 10, interface_name="Ethernet3"),
+    ]
+    (leaf,), assembler = assembled("gnmic", messages)
+    assert cell(leaf, "Ethernet1", "link_speed_mbps") == 200_000
+    assert cell(leaf, "Ethernet2", "link_speed_mbps") == 400_000
+    assert cell(leaf, "Ethernet3", "link_speed_mbps") is None
+    assert assembler.stats.unknown_paths == 0

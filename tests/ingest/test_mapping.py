@@ -39,6 +39,7 @@ SOURCES = {
     "ionic_ethtool",
     "mlx4_ethtool",
     "ib_counters",
+    "ethtool_module",
     "sonic_port",
     "sonic_queue",
     "sonic_pg",

@@ -164,6 +164,22 @@ def test_collect_nic_from_ib_sysfs_alone(sysfs):
     assert ("rx_pfc_frames", 0) not in values
 
 
+def test_collect_nic_reads_the_ports_link_speed_and_state_from_its_attribute_files(sysfs, tmp_path):
+    """procfs's real port files: ``rate`` "25 Gb/sec (1X EDR)", ``state`` "4: ACTIVE". A port whose
+    link is down reads "1: DOWN"; one whose files say nothing we know is unknown, not up."""
+    values = by_column(collect_nic(sysfs, "mlx5_0", None, None, T0, host="h"), "1")
+    assert values[("link_speed_mbps", None)] == 25_000
+    assert values[("oper_down", None)] == 0
+    port = sysfs / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
+    (port / "state").write_text("1: DOWN\n")
+    (port / "rate").write_text("garbled\n")
+    values = by_column(collect_nic(sysfs, "mlx5_0", None, None, T0, host="h"), "1")
+    assert values[("oper_down", None)] == 1
+    assert ("link_speed_mbps", None) not in values
+    (port / "state").write_text("2: INIT\n")
+    assert ("oper_down", None) not in by_column(collect_nic(sysfs, "mlx5_0", None, None, T0, host="h"), "1")
+
+
 def test_collect_nic_combines_ethtool_with_sysfs(sysfs):
     """The sysfs tree and the ethtool output come from two different real hosts: the test is about
     which source each column is taken from, not about one machine's numbers."""

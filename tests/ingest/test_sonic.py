@@ -77,6 +77,43 @@ def test_port_states_come_from_appl_db_and_a_port_it_does_not_know_is_unknown(se
     appl.close()
 
 
+def test_speeds_and_optics_come_from_state_db_in_the_vocabularys_units(server):
+    """sonic-utilities' STATE_DB mock (``tests/fixtures/SOURCES.md``): Ethernet0's ``PORT_TABLE``
+    speed 100000 Mb/s and its module's readings (received power in dBm per lane, bias in mA,
+    temperature in degrees C) and thresholds; Ethernet8's 8-lane module, whose lanes 3 to 5 have no
+    laser bias (unlit: their -22.9 dBm is not a weak signal). A port STATE_DB does not hold reads
+    unknown; a STATE_DB hash that is not one costs that poll's speeds and optics, said once."""
+    load_upstream_counters(server)
+    state = redis.Redis.from_url(server, db=6)
+    state.flushdb()
+    mock = json.loads((FIXTURES / "sonic_state_db_transceiver_dom_upstream_mock.json").read_text())
+    for key, fields in mock.items():
+        state.hset(key, mapping=fields)
+    said: list[str] = []
+    snap = collector(server, said).read(1.0)
+    assert cell(snap, "Ethernet0", "link_speed_mbps") == 100_000
+    assert cell(snap, "Ethernet0", "optic_rx_power_nw") == 893_902  # rx2power -0.4871 dBm, its weakest
+    assert cell(snap, "Ethernet0", "optic_rx_power_low_alarm_nw") == 44_600  # -13.5067 dBm
+    assert (
+        cell(snap, "Ethernet0", "optic_bias_ua") == 6_750
+        and cell(snap, "Ethernet0", "optic_temperature_mc") == 30_926
+    )
+    assert cell(snap, "Ethernet0", "optic_tx_power_nw") is None  # "N/A" in every lane
+    assert cell(snap, "Ethernet8", "optic_rx_power_nw") == 411_197  # rx1power -3.8595 dBm, not lane 3
+    assert cell(snap, "Ethernet8", "optic_bias_ua") == 17_476  # past its high alarm, 14.996 mA
+    assert cell(snap, "Ethernet4", "link_speed_mbps") is None
+    state.delete("PORT_TABLE|Ethernet0")
+    state.set("PORT_TABLE|Ethernet0", "garbage")
+    switch = collector(server, said)
+    for _ in range(2):
+        snap = switch.read(1.0)
+        assert "link_speed_mbps" not in {c.name for c in snap.counters}
+        assert cell(snap, "Ethernet0", "rx_bytes") == 800
+    assert sum("STATE_DB unreadable" in s for s in said) == 1
+    state.flushdb()
+    state.close()
+
+
 def load_upstream_counters(server: str) -> dict:
     """sonic-utilities' COUNTERS_DB mock into the server's database 2, and no CONFIG_DB."""
     tables = json.loads((FIXTURES / "sonic_counters_db_upstream_mock.json").read_text())
