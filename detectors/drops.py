@@ -29,7 +29,7 @@ import numpy as np
 from fabricwatch.detectors.evidence import capped, evidence, port_symptoms, worst_so_far
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import LACK_OF_DATA_S
-from fabricwatch.detectors.rates import RateFrame
+from fabricwatch.detectors.rates import RateFrame, known_sum
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
 from fabricwatch.detectors.systematic import Systematic, check_window
 from fabricwatch.schemas.config import AtLeastOne, PollWindow, Positive
@@ -129,7 +129,7 @@ class Drops:
         """A per-priority or per-queue drop counter summed over the lossless and the lossy ones."""
         values, numbers = frame.indexed(name)
         lossless = np.isin(numbers, self._lossless)
-        return _row_sum(values[:, lossless], n), _row_sum(values[:, ~lossless], n)
+        return known_sum(values[:, lossless], n), known_sum(values[:, ~lossless], n)
 
 
 def _cause(p: int, lossless: np.ndarray, lossy: np.ndarray, down: np.ndarray | None) -> str:
@@ -154,17 +154,10 @@ def _column(frame: RateFrame, name: str, n: int) -> np.ndarray:
     return np.full(n, np.nan) if found is None else found
 
 
-def _row_sum(matrix: np.ndarray, n: int) -> np.ndarray:
-    """Per port, the sum over a ports x classes matrix; NaN where every class is unknown."""
-    if matrix.shape[1] == 0:
-        return np.full(n, np.nan)
-    return np.where(np.isfinite(matrix).any(axis=1), np.nansum(matrix, axis=1), np.nan)
-
-
 def _add(*parts: np.ndarray | None) -> np.ndarray:
     """Sum of the known parts; NaN where none is known."""
     known = [p for p in parts if p is not None]
-    return _row_sum(np.stack(known, axis=1), len(known[0]))
+    return known_sum(np.stack(known, axis=1), len(known[0]))
 
 
 def port_root(placement: Placement, key: SymptomKey, sym: Symptom) -> RootCause:

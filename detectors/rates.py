@@ -567,3 +567,11 @@ def _realign(prev: _DeviceState, layout: Layout, ports: list[str]) -> _DeviceSta
             read_ns[np.ix_(new_r, new_c)] = prev.read_ns[np.ix_(old_r, old_c)]
         return _DeviceState(prev.ts_ns, layout, ports, raw, valid, read_ns, moved)
     return _DeviceState(prev.ts_ns, layout, ports, raw, valid)
+
+
+def known_sum(matrix: np.ndarray, n: int) -> np.ndarray:
+    """Per row of a ports x columns matrix, the sum of its known values; NaN where none is known
+    (counters a device lacks this poll are unknown, never zero: a sum of nothing is no reading)."""
+    if matrix.shape[1] == 0:
+        return np.full(n, np.nan)
+    return np.where(np.isfinite(matrix).any(axis=1), np.nansum(matrix, axis=1), np.nan)

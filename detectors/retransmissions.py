@@ -23,7 +23,7 @@ import numpy as np
 from fabricwatch.detectors.evidence import evidence, port_symptoms, worst_so_far
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import LACK_OF_DATA_S
-from fabricwatch.detectors.rates import RateFrame
+from fabricwatch.detectors.rates import RateFrame, known_sum
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
 from fabricwatch.detectors.systematic import Systematic, check_window
 from fabricwatch.schemas.config import AtLeastOne, PollWindow, Positive
@@ -98,10 +98,7 @@ class Retransmissions:
 def _sum(frame: RateFrame, names: tuple[str, ...], n: int) -> np.ndarray:
     """Per port, the sum of the counters the device has; NaN where none is known."""
     columns = [c for c in (frame.port(name) for name in names) if c is not None]
-    if not columns:
-        return np.full(n, np.nan)
-    stacked = np.stack(columns, axis=1)
-    return np.where(np.isfinite(stacked).any(axis=1), np.nansum(stacked, axis=1), np.nan)
+    return known_sum(np.stack(columns, axis=1) if columns else np.empty((n, 0)), n)
 
 
 def _per(events: np.ndarray, frame: RateFrame, packets: tuple[str, ...]) -> np.ndarray:

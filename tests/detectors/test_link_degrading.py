@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 from helpers import small_fabric
-from helpers.paths import FIXTURES
+from helpers.paths import FIXTURES, SCENARIOS
 
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.fabric import FabricMap
@@ -143,32 +143,14 @@ def test_a_real_mlx5_reading_counts_corrected_bits_through_the_vendor_map():
     assert firing[0].evidence["peak_pre_fec_ber"] == 2e-5
 
 
-BURSTY_LOSSY = """\
-name: bursty_lossy
-seed: 1600
-duration: 60
-poll_interval: 0.1
-fabric: {leaves: 2, spines: 8, hosts_per_leaf: 8}
-collector: {noise: 0.15, jitter_ms: 10}
-jobs:
-  - name: llm-a
-    hosts: 16
-    schedule:
-      - {op: AllReduce, begin: 0, end: 60, load: 0.35, burst: {duration: 0.25, period: 0.6}}
-faults:
-  - {kind: lossy_link, device: h009, loss_rate: 0.0005, start: 0, duration: 60}
-"""
-
-
 def test_a_lossy_link_seen_between_bursts_is_linked_to_its_corruption_not_paged_again(tmp_path):
-    """Found in the suite (``noisy_counters_100ms_16h``): a link past the FEC limit loses frames
-    only while it carries traffic, and a check landing between a job's bursts saw its FEC working
-    hard with nothing lost. Such a degrading incident fires linked to the link's corruption
-    (``caused_by``), says frames are lost already, and is neither paged nor scored on its own."""
-    scenario = tmp_path / "bursty.yaml"
-    scenario.write_text(BURSTY_LOSSY)
-    trace = tmp_path / "bursty.trace.gz"
-    simulate(load_scenario(scenario), trace)
+    """Found in the suite (``noisy_counters_100ms_16h``, replayed here as it is): a link past the
+    FEC limit loses frames only while it carries traffic, and a check landing between a job's
+    bursts (or on a poll whose error counter a reset made unknown) saw its FEC working hard with
+    nothing lost. Such a degrading incident fires linked to the link's corruption (``caused_by``),
+    says frames are lost already, and is neither paged nor scored on its own."""
+    trace = tmp_path / "noisy.trace.gz"
+    simulate(load_scenario(SCENARIOS / "eval" / "noisy_counters_100ms_16h.yaml"), trace)
     events = replay_trace(trace, Pipeline(DetectorConfig())).anomalies
     corruption = {a.fingerprint for a in events if a.kind == "link_corruption"}
     degrading = [a for a in events if a.kind == "link_degrading" and a.status == "firing"]
