@@ -115,6 +115,8 @@ class Optics(PacedStreaks):
 def _levels(frame: Any) -> np.ndarray | None:
     """Ports x sensors: 2 past the alarm threshold, 1 past the warning, 0 within, NaN unknown;
     None where the device reports no optic reading."""
+    if all(frame.layout.col(sensor.gauge()) is None for sensor in SENSORS):
+        return None
     columns = []
     for sensor in SENSORS:
         value = frame.port(sensor.gauge())

@@ -66,6 +66,7 @@ class PacedStreaks:
     def __init__(self, config: PacedConfig) -> None:
         self._pacer = Pacer(config.every_s)
         self._streaks = Systematic.of(config)
+        self.every_s = config.every_s
 
     def due(self, device: str, ts_ns: int) -> bool:
         return self._pacer.due(device, ts_ns)

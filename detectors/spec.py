@@ -54,6 +54,9 @@ class DeviceDetector(Protocol):
 
 
 class PacedDetector(DeviceDetector, Protocol):
+    every_s: float
+    """Seconds between two checks of a device."""
+
     def due(self, device: str, ts_ns: int) -> bool:
         """Whether the device's poll at ``ts_ns`` is to be checked (``paced.Pacer``)."""
         ...

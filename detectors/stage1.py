@@ -47,6 +47,11 @@ class Stage1:
         self._outliers = outliers
         self._signals = {kind: registry.calm_signals(kind) for kind in self._detectors}
         """Per device kind, the counters a poll must show for it to be worth detecting on."""
+        self._paced_every_ns = {
+            kind: int(min(d.every_s for d in paced) * 1e9) for kind, paced in self._paced.items() if paced
+        }
+        """Per device kind, the shortest pace of its paced detectors: a device asked sooner is not."""
+        self._paced_asked: dict[str, int] = {}
         self._open: set[str] = set()
         """Devices with a streak open in one of their detectors: their every poll goes to them."""
 
@@ -101,7 +106,12 @@ class Stage1:
     def _check_paced(self, frame: RateFrame, line: np.ndarray, poll: Poll | None = None) -> list[Symptom]:
         """The symptoms of the paced detectors for which the device is due a check (most polls:
         none, for the cost of a lookup)."""
-        due = [d for d in self._paced.get(frame.device_kind, ()) if d.due(frame.device, frame.ts_ns)]
+        every_ns = self._paced_every_ns.get(frame.device_kind)
+        asked = self._paced_asked.get(frame.device)
+        if every_ns is None or (asked is not None and 0 <= frame.ts_ns - asked < every_ns):
+            return []  # most polls: one lookup
+        self._paced_asked[frame.device] = frame.ts_ns
+        due = [d for d in self._paced[frame.device_kind] if d.due(frame.device, frame.ts_ns)]
         if not due:
             return []
         poll = poll or Poll(frame, line, self.fabric)
