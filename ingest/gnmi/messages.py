@@ -51,6 +51,28 @@ gnmic events the gnmic docs' topology-cloning action reads: docs/user_guide/acti
 and a port's speed (openconfig-if-ethernet)."""
 
 
+TRANSCEIVER = "/interfaces/interface/state/transceiver"
+"""openconfig-platform-transceiver's reference from an interface to its transceiver component: the
+component whose diagnostics are the port's optics (``optics.py``)."""
+_CHANNEL = "/components/component/transceiver/physical-channels/channel/state"
+_THRESHOLD = "/components/component/transceiver/thresholds/threshold/state"
+OPTIC_LEAVES = frozenset(
+    {
+        f"{_CHANNEL}/input-power/instant",
+        f"{_CHANNEL}/output-power/instant",
+        f"{_CHANNEL}/laser-bias-current/instant",
+        "/components/component/state/temperature/instant",
+        f"{_THRESHOLD}/input-power-lower",
+        f"{_THRESHOLD}/output-power-lower",
+        f"{_THRESHOLD}/laser-bias-current-upper",
+        f"{_THRESHOLD}/module-temperature-upper",
+    }
+)
+"""A transceiver's readings (per physical channel: dBm, dBm, mA; the component's temperature in
+degrees C) and its thresholds per severity (openconfig-platform-transceiver 1.0.0): decimals, kept
+as floats, keyed by component rather than by interface."""
+
+
 STATE_LEAVES: dict[str, dict[str, int]] = {
     "/interfaces/interface/state/oper-status": {
         "UP": 0,
@@ -99,8 +121,9 @@ class Point(NamedTuple):
     """Schema path: ``/interfaces/interface/state/counters/in-octets``."""
     keys: dict[str, str]
     """``<elem>_<key>`` -> value (gnmic's tag names), e.g. ``interface_name: Ethernet1/1``."""
-    value: int | str
-    """A counter; for a text leaf (``TEXT_LEAVES``) its text, ``""`` when it was deleted."""
+    value: int | float | str
+    """A counter; an optic's reading (``OPTIC_LEAVES``, a float); for a text leaf (``TEXT_LEAVES``,
+    ``TRANSCEIVER``) its text, ``""`` when it was deleted."""
 
 
 class Parsed(NamedTuple):
@@ -138,9 +161,9 @@ def _gather(read: Any, objects: Any) -> Parsed:
             points.extend(read(obj))
         except ValueError as exc:
             problems.append(str(exc))
-    texts = [p for p in points if isinstance(p.value, str)]
+    texts = [p for p in points if isinstance(p.value, str) and p.path != TRANSCEIVER]
     if texts:
-        points = [p for p in points if not isinstance(p.value, str)]
+        points = [p for p in points if not isinstance(p.value, str) or p.path == TRANSCEIVER]
     return Parsed(points, problems, texts)
 
 
@@ -202,6 +225,15 @@ def points_of(device: str, ts_ns: int, path: str, keys: dict[str, str], value: A
             leaf = name.rpartition(":")[2]
             yield from points_of(device, ts_ns, f"{path}/{leaf}", keys, inner)
         return
+    if path in OPTIC_LEAVES:
+        reading = _decimal(value)
+        if reading is not None:
+            yield Point(device, ts_ns, path, keys, reading)
+        return
+    if path == TRANSCEIVER:
+        if isinstance(value, str) and value:
+            yield Point(device, ts_ns, path, keys, value)
+        return
     states = STATE_LEAVES.get(path)
     if states is not None:
         state = states.get(value.rpartition(":")[2].upper()) if isinstance(value, str) else None
@@ -213,6 +245,16 @@ def points_of(device: str, ts_ns: int, path: str, keys: dict[str, str], value: A
         yield Point(device, ts_ns, path, keys, number)
     elif isinstance(value, str) and value and path in TEXT_LEAVES:
         yield Point(device, ts_ns, path, keys, value)
+
+
+def _decimal(value: Any) -> float | None:
+    """A decimal64 as gNMI's JSON carries it (a number, or a string: "-2.31", "-inf")."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
 
 
 def split_path(path: str) -> tuple[str, dict[str, str]]:

@@ -10,6 +10,8 @@ or the end of the stream).
 A leaf that is missing from a sample is missing (unknown) in its snapshot, never its previous value:
 carried forward, a leaf merely late would read as zero traffic and then as double. The rate engine
 holds its last value and takes the rate over the whole gap when it returns (``detectors/rates.py``).
+A transceiver's diagnostics are the exception: gauges of a component rather than counters of a
+port, kept as last said and sent with the port that names the component (``optics.py``).
 A point older than the device's open sample, or than what was already sent, is late; a second
 value of a leaf within one sample replaces the first. Both are counted, as are unknown paths,
 points without a port key, and queue names without an index.
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from fabricwatch.ingest.gnmi.messages import Point
+from fabricwatch.ingest.gnmi.optics import DeviceOptics
 from fabricwatch.ingest.mapping import port_order, resolve, vendor_names
 from fabricwatch.schemas.messages import CounterSpec, Snapshot
 
@@ -58,6 +61,7 @@ class _Sample:
 class _Device:
     ports: dict[str, None] = field(default_factory=dict)
     columns: dict[ColumnKey, CounterSpec] = field(default_factory=dict)
+    optics: DeviceOptics = field(default_factory=DeviceOptics)
     sample: _Sample | None = None
     sent_ts: int = 0
 
@@ -87,6 +91,10 @@ class SnapshotAssembler:
         now = self._clock()
         for point in points:
             self.stats.points += 1
+            if self._devices.setdefault(point.device, _Device()).optics.take(
+                point, port_and_queue(point.keys)[0]
+            ):
+                continue  # kept by the device, said with its ports at each snapshot
             located = self._locate(point)
             if located is None:
                 continue
@@ -129,6 +137,10 @@ class SnapshotAssembler:
         device.sample = None
         device.sent_ts = sample.last_ts
         ports = sorted(device.ports, key=port_order)
+        for port in ports:
+            for gauge, value in device.optics.gauges(port).items():
+                device.columns.setdefault((gauge, -1), CounterSpec(gauge, "gauge", 64))
+                sample.values[(port, (gauge, -1))] = value
         keys = sorted(device.columns)
         values = [[sample.values.get((port, key)) for key in keys] for port in ports]
         self.stats.snapshots += 1

@@ -23,7 +23,7 @@ import grpc
 import msgspec
 from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
 
-from fabricwatch.ingest.gnmi.messages import Point, points_of, split_path
+from fabricwatch.ingest.gnmi.messages import TRANSCEIVER, Point, points_of, split_path
 from fabricwatch.ingest.lldp.fabric import SiteSettings
 from fabricwatch.ingest.nic.poll import ProblemLog
 
@@ -34,9 +34,14 @@ COUNTER_PATHS = (
     "/interfaces/interface/state/oper-status",
     "/interfaces/interface/state/admin-status",
     "/interfaces/interface/ethernet/state/negotiated-port-speed",
+    "/interfaces/interface/state/transceiver",
+    "/components/component/transceiver/physical-channels/channel/state",
+    "/components/component/transceiver/thresholds",
+    "/components/component/state/temperature",
 )
 """What is subscribed when a target names no paths: the OpenConfig counters vendor_map.csv maps,
-and each port's state and speed (``messages.STATE_LEAVES``)."""
+each port's state and speed (``messages.STATE_LEAVES``), and its transceiver's diagnostics
+(``messages.OPTIC_LEAVES``, joined to the port by its ``transceiver`` reference)."""
 
 
 class GnmiTarget(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -168,7 +173,8 @@ def notification_points(device: str, notification: Any) -> list[Point]:
         value = _value(update.val)
         if value is not None:
             found = points_of(device, ts_ns, full, {**base_keys, **keys}, value)
-            points.extend(p for p in found if not isinstance(p.value, str))  # counters only
+            # counters, optics, and the interface's transceiver (the only text the assembler reads)
+            points.extend(p for p in found if not isinstance(p.value, str) or p.path == TRANSCEIVER)
     return points
 
 
@@ -184,8 +190,10 @@ def _path(path: Any) -> tuple[str, dict[str, str]]:
 
 def _value(val: Any) -> Any:
     kind = val.WhichOneof("value")
-    if kind in ("uint_val", "int_val"):
+    if kind in ("uint_val", "int_val", "double_val", "float_val"):
         return getattr(val, kind)
+    if kind == "decimal_val":  # deprecated, still sent for decimal64 leaves by older targets
+        return val.decimal_val.digits / 10**val.decimal_val.precision
     if kind in ("json_val", "json_ietf_val"):
         try:
             return json.loads(getattr(val, kind))

@@ -44,7 +44,7 @@ def collect(targets: list[GnmiTarget], until, said: list[str], timeout_s: float 
 
 def test_sample_subscription_gives_each_interface_s_rates():
     down = Interface("Ethernet1/1", 5_000, 0, oper_status="LOWER_LAYER_DOWN")
-    target = Target([Interface("Ethernet0", 1_250_000_000, 10_000_000), down])
+    target = Target([Interface("Ethernet0", 1_250_000_000, 10_000_000, rx_power_dbm=-14.1), down])
     with Server(target) as server:
         said: list[str] = []
         snaps = collect([GnmiTarget("leaf1", server.address)], lambda s: len(s) >= 6, said)
@@ -57,6 +57,9 @@ def test_sample_subscription_gives_each_interface_s_rates():
     # The port states subscribed by default reach the link state detector's gauges.
     for port, state in (("Ethernet0", 0), ("Ethernet1/1", 1)):
         assert {cell(s, port, "oper_down") for s in snaps} - {None} == {state}
+    # So do its transceiver's (a double and a decimal64, joined to the port by its reference).
+    assert {cell(s, "Ethernet0", "optic_rx_power_nw") for s in snaps} - {None} == {38_905}
+    assert {cell(s, "Ethernet0", "optic_rx_power_low_alarm_nw") for s in snaps} - {None} == {44_668}
     engine = RateEngine()
     frames = [f for f in (engine.update(s) for s in snaps) if f is not None]
     for frame in frames:

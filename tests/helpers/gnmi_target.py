@@ -33,6 +33,9 @@ class Interface:
     """Queue 3's ECN-marked packets, a leaf that changes only when the test says so."""
     oper_status: str = "UP"
     """OpenConfig's ``oper-status``, sent when a SAMPLE subscription asks for it."""
+    rx_power_dbm: float | None = None
+    """Its transceiver's received power, one lane (``double_val``), with a low alarm threshold of
+    -13.5 dBm (``decimal_val``, as older targets send decimal64), sent when asked for transceivers."""
 
 
 @dataclass
@@ -62,6 +65,7 @@ class Target(gnmi_pb2_grpc.gNMIServicer):
             if s.mode == gnmi_pb2.SubscriptionMode.Value("ON_CHANGE")
         ]
         states = any(e.name == "oper-status" for s in sample for e in s.path.elem)
+        optics = any(e.name == "transceiver" for s in sample for e in s.path.elem)
         interval_s = sample[0].sample_interval / 1e9 if sample else 0.5
         sent_marks: dict[str, int] = {}
         yield gnmi_pb2.SubscribeResponse(sync_response=True)
@@ -72,6 +76,8 @@ class Target(gnmi_pb2_grpc.gNMIServicer):
                     yield self._counters(interface, now)
                     if states:
                         yield self._state(interface, now)
+                    if optics and interface.rx_power_dbm is not None:
+                        yield self._optics(interface, now)
             if on_change:
                 for interface in self.interfaces:
                     if sent_marks.get(interface.name) != interface.ecn_marks:
@@ -102,6 +108,33 @@ class Target(gnmi_pb2_grpc.gNMIServicer):
         state = gnmi_pb2.TypedValue(string_val=interface.oper_status)
         update = gnmi_pb2.Update(path=_path("oper-status"), val=state)
         notification = gnmi_pb2.Notification(timestamp=now, prefix=prefix, update=[update])
+        return gnmi_pb2.SubscribeResponse(update=notification)
+
+    def _optics(self, interface: Interface, now: int) -> gnmi_pb2.SubscribeResponse:
+        component = f"{interface.name}-transceiver"
+        updates = [
+            gnmi_pb2.Update(
+                path=_path(f"interfaces/interface[name={interface.name}]/state/transceiver"),
+                val=gnmi_pb2.TypedValue(string_val=component),
+            ),
+            gnmi_pb2.Update(
+                path=_path(
+                    f"components/component[name={component}]/transceiver/physical-channels/"
+                    "channel[index=1]/state/input-power/instant"
+                ),
+                val=gnmi_pb2.TypedValue(double_val=interface.rx_power_dbm),
+            ),
+            gnmi_pb2.Update(
+                path=_path(
+                    f"components/component[name={component}]/transceiver/thresholds/"
+                    "threshold[severity=CRITICAL]/state/input-power-lower"
+                ),
+                val=gnmi_pb2.TypedValue(decimal_val=gnmi_pb2.Decimal64(digits=-1350, precision=2)),
+            ),
+        ]
+        notification = gnmi_pb2.Notification(
+            timestamp=now, prefix=_path("", origin="openconfig"), update=updates
+        )
         return gnmi_pb2.SubscribeResponse(update=notification)
 
     def _marks(self, interface: Interface, now: int) -> gnmi_pb2.SubscribeResponse:

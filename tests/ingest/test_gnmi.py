@@ -259,6 +259,73 @@ def test_port_states_become_the_link_gauges_and_a_state_neither_up_nor_down_is_u
     assert assembler.stats.unknown_paths == 0
 
 
+def test_a_transceivers_openconfig_diagnostics_become_its_ports_optic_gauges():
+    """openconfig-platform-transceiver's leaves as gnmic event messages of the documented shape
+    (generated; values in dBm, mA and degrees C like sonic-utilities' mock module): Ethernet1
+    names its transceiver component, whose lanes, temperature and thresholds (CRITICAL: alarm,
+    WARNING: warning) become Ethernet1's gauges; lane 4 is dark (no bias, -40 dBm) and left out.
+    Ethernet2 names no transceiver: no optics. The readings are kept for the next sample."""
+    xcvr, comp = "/components/component/transceiver", "Ethernet1-transceiver"
+    channel, threshold = f"{xcvr}/physical-channels/channel/state", f"{xcvr}/thresholds/threshold/state"
+    messages = [
+        event("leaf1", T0, "/interfaces/interface/state/transceiver", comp, interface_name="Ethernet1"),
+        event("leaf1", T0, f"{OC}/in-octets", 10, interface_name="Ethernet1"),
+        event("leaf1", T0, f"{OC}/in-octets", 10, interface_name="Ethernet2"),
+        event("leaf1", T0, "/components/component/state/temperature/instant", 44.9, component_name=comp),
+    ]
+    for lane, (power, bias) in enumerate([(-1.2, 6.75), (-14.1, 6.8), (-2.0, 6.7), (-40.0, 0.0)], start=1):
+        messages += [
+            event(
+                "leaf1", T0, f"{channel}/input-power/instant", power, component_name=comp, channel_index=lane
+            ),
+            event(
+                "leaf1",
+                T0,
+                f"{channel}/laser-bias-current/instant",
+                bias,
+                component_name=comp,
+                channel_index=lane,
+            ),
+        ]
+    for severity, low_dbm, bias_ma in (
+        ("CRITICAL", -13.5, 10.0),
+        ("openconfig-alarm-types:WARNING", -9.5, 9.5),
+    ):
+        messages += [
+            event(
+                "leaf1",
+                T0,
+                f"{threshold}/input-power-lower",
+                low_dbm,
+                component_name=comp,
+                threshold_severity=severity,
+            ),
+            event(
+                "leaf1",
+                T0,
+                f"{threshold}/laser-bias-current-upper",
+                bias_ma,
+                component_name=comp,
+                threshold_severity=severity,
+            ),
+        ]
+    messages.append(event("leaf1", T0 + 10**9, f"{OC}/in-octets", 20, interface_name="Ethernet1"))
+    snaps, assembler = assembled("gnmic", messages)
+    first, second = snaps
+    assert first.device == second.device == "leaf1"
+    assert cell(first, "Ethernet1", "optic_rx_power_nw") == 38_905  # lane 2's -14.1 dBm, past its alarm
+    assert cell(first, "Ethernet1", "optic_rx_power_low_alarm_nw") == 44_668
+    assert cell(first, "Ethernet1", "optic_rx_power_low_warning_nw") == 112_202
+    assert (
+        cell(first, "Ethernet1", "optic_bias_ua") == 6_800
+        and cell(first, "Ethernet1", "optic_bias_high_alarm_ua") == 10_000
+    )
+    assert cell(first, "Ethernet1", "optic_temperature_mc") == 44_900
+    assert cell(first, "Ethernet2", "optic_rx_power_nw") is None
+    assert cell(second, "Ethernet1", "optic_rx_power_nw") == 38_905  # kept as last said
+    assert assembler.stats.unknown_paths == 0
+
+
 def test_the_negotiated_speed_becomes_the_speed_gauge_and_an_unknown_speed_says_nothing():
     """openconfig-if-ethernet's ``ETHERNET_SPEED`` identities, with and without their module
     prefix, as gnmic event messages of the documented shape (generated)."""
