@@ -9,7 +9,8 @@ The signal is the NIC's own: mlx5 counts the seconds in which its outbound PCIe 
 stalled more than 30 % of the time (``outbound_pci_stalled_{rd,wr}_events``). Stalls in
 ``persist_polls`` of the last ``window_polls`` polls make the symptom; the pauses it sends and the
 throughput it reaches are its evidence (the shortfall against line rate). A NIC's stall counter
-moves at most once a second: at polls shorter than a second, widen the window to match.
+moves at most once a second: at polls shorter than a second, widen the window to match; at polls
+longer than a second, a poll counts as stalled if any second in it was.
 """
 
 from __future__ import annotations
@@ -118,9 +119,8 @@ def describe(
     for key in ("throughput_gbps", "line_gbps", "shortfall_gbps", "pausing_share"):
         if key in ev:
             incident.evidence[key] = ev[key]
-    reached = (
-        f"; it reaches {ev['throughput_gbps']:.0f} of {ev['line_gbps']:.0f} Gb/s" if "line_gbps" in ev else ""
-    )
+    known = "throughput_gbps" in ev and "line_gbps" in ev  # bytes unknown this poll: no throughput
+    reached = f"; it reaches {ev['throughput_gbps']:.0f} of {ev['line_gbps']:.0f} Gb/s" if known else ""
     pauses = f", pausing its leaf {ev['pausing_share']:.0%} of the time" if ev.get("pausing_share") else ""
     job = f"; job {', '.join(incident.jobs)}" if incident.jobs else ""
     incident.summary = (

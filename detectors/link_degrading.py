@@ -69,42 +69,55 @@ class LinkDegrading(PacedStreaks):
         if corrected is None:
             return []
         bits, lower_bound = corrected
-        speed = frame.port("link_speed_mbps")
-        line_bps = poll.line_Bps * 8.0
-        if speed is not None:
-            line_bps = np.where(speed > 0, speed * 1e6, line_bps)
+        line_bps = _line_bps(poll)
         down = frame.port("oper_down")
         known = np.isfinite(bits) & (line_bps > 0)
         if down is not None:
             known &= ~(down > 0)  # a down link carries no bits: its FEC says nothing
         lost = lost_frames(frame)
         if lost is not None:
-            known &= ~np.isnan(lost)  # a port that may be losing frames cannot be told degrading
+            # Losing frames (or unknown whether it does): link corruption's, not a degrading link.
+            known &= np.isfinite(lost) & ~(lost > 0)
         with np.errstate(invalid="ignore", divide="ignore"):
             ber = np.where(known, bits / line_bps, np.nan)
             seen = known & (ber >= self.config.warn_ber)
-        if lost is not None:
-            seen &= ~(lost > 0)  # past the FEC limit: link corruption's, not a second incident
         cfg = self.config
         step = self.step(frame, seen, known, ber)
         state = step.ports
 
         def found(p: int) -> dict[str, float | int | str]:
-            return evidence(
-                6,
-                pre_fec_ber=ber[p],
-                peak_pre_fec_ber=state.peak[p],
-                fec_margin=FEC_LIMIT_BER / state.peak[p] if state.peak[p] > 0 else float("nan"),
+            peak = state.peak[p]
+            out = evidence(
+                1,
+                fec_margin=FEC_LIMIT_BER / peak if peak > 0 else float("nan"),
                 corrected_bits_ps=bits[p],
                 counted_as="at least (from corrected codewords)" if lower_bound else "corrected bits",
                 degraded_checks=f"{step.polls(p)} of the last {cfg.window_polls}",
                 recovering=step.recovering(p),
             )
+            # Rates of 1e-7 and below: three significant digits, where evidence keeps decimals.
+            out.update(
+                {
+                    k: float(f"{v:.3g}")
+                    for k, v in (("pre_fec_ber", ber[p]), ("peak_pre_fec_ber", peak))
+                    if np.isfinite(v)
+                }
+            )
+            return out
 
         blind = f"no check could read its FEC counters for over {cfg.lack_of_data_s:.0f} s"
         return port_symptoms(
             "fec_degrading", frame, state.since_ns, (state.active, step.cleared, step.ended), found, blind
         )
+
+
+def _line_bps(poll: Poll) -> np.ndarray:
+    """Bits per second each port's link carries: the speed it came up at, else the topology's for
+    it; NaN where neither is known (an assumed speed would make a 100G link's BER read 4x low)."""
+    frame = poll.frame
+    topology = poll.fabric.speeds(frame.device, frame.ports)[1] * 8.0
+    speed = frame.port("link_speed_mbps")
+    return topology if speed is None else np.where(speed > 0, speed * 1e6, topology)
 
 
 def _corrected_bits(frame: Any) -> tuple[np.ndarray, bool] | None:

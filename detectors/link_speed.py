@@ -3,8 +3,8 @@ running at 200G after a lane failed, or after auto-negotiation settled low). Not
 nothing goes down, so no other detector sees it; the job just runs slower on every collective that
 crosses it, and an ECMP group with such a member is unbalanced by construction.
 
-The port's speed is the ``link_speed_mbps`` gauge (sysfs ``speed``, SONiC STATE_DB ``speed``,
-OpenConfig ``negotiated-port-speed``). What the link should run at is the topology's link speed:
+The port's speed is the ``link_speed_mbps`` gauge (an RDMA port's ``rate`` file, SONiC STATE_DB
+``speed``, OpenConfig ``negotiated-port-speed``). What the link should run at is the topology's link speed:
 the speed a switch is configured for (SONiC's CONFIG_DB/APPL_DB ``speed``), or the site's
 ``link_gbps``; never the speed the port reads now. A port the topology does not cable is not judged.
 A speed never reads zero, so the detector is paced (``paced.py``); a down port says nothing here.

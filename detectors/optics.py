@@ -81,6 +81,8 @@ class Optics(PacedStreaks):
     def __init__(self, config: OpticsConfig) -> None:
         super().__init__(config)
         self.config = config
+        self._judged: dict[str, np.ndarray] = {}
+        """Per device, ports x sensors: which sensors a check has judged (reading and threshold)."""
 
     def update(self, poll: Poll) -> list[Symptom]:
         frame = poll.frame
@@ -88,7 +90,13 @@ class Optics(PacedStreaks):
         if levels is None:
             return []
         worst = np.fmax.reduce(levels, axis=1)  # per port: 2 alarm, 1 warning, 0 in range, NaN unknown
-        known = np.isfinite(worst)
+        judged = self._judged.get(frame.device)
+        if judged is None or judged.shape != levels.shape:
+            judged = self._judged[frame.device] = np.zeros(levels.shape, bool)
+        judged |= np.isfinite(levels)
+        # In range only when every sensor ever judged is known now: one readable sensor in range
+        # must not clear another's fault that has gone unreadable.
+        known = (worst >= 1) | (np.isfinite(worst) & ~(judged & np.isnan(levels)).any(axis=1))
         step = self.step(frame, known & (worst >= 1), known, worst)
         state = step.ports
 
@@ -182,7 +190,9 @@ def describe(
     far = d.fabric.peer(*identity)
     if lasers:
         part, where = lasers[0], "its module (its own laser is out of range)"
-    elif len(ends) == 1 and far is not None:
+    elif far is None:
+        part, where = identity, "this link's optics or fibre (its far end is not in the topology)"
+    elif len(ends) == 1:
         part = next(iter({identity, far} - set(ends)), identity)
         where = "the transmitter at the far end, or the fibre between (a weak signal arrives)"
     else:

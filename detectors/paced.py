@@ -24,23 +24,32 @@ class Pacer:
     def __init__(self, every_s: float) -> None:
         self.every_s = every_s
         self._every_ns = int(every_s * _NS)
+        self._next: dict[str, int] = {}
         self._last: dict[str, int] = {}
         self._span_s: dict[str, float] = {}
 
     def due(self, device: str, ts_ns: int) -> bool:
-        """True (and the check counted as made) when the device was last checked ``every_s`` ago
-        or never; a poll stamped earlier than the last check (a reordered one) is not due."""
-        last = self._last.get(device)
-        if last is not None and ts_ns - last < self._every_ns:
+        """True (and the check counted as made) from the device's due time on, or at its first
+        poll; a poll stamped earlier (a reordered one) is not due. Due times step by ``every_s``
+        from the first check, so a poll's jitter never slips the next one."""
+        due_ns = self._next.get(device)
+        if due_ns is not None and ts_ns < due_ns:
             return False
+        step = due_ns + self._every_ns if due_ns is not None else ts_ns + self._every_ns
+        self._next[device] = step if step > ts_ns else ts_ns + self._every_ns  # after a gap: afresh
+        last = self._last.get(device)
         self._last[device] = ts_ns
         self._span_s[device] = self.every_s if last is None else (ts_ns - last) / _NS
         return True
 
-    def span_s(self, device: str) -> float:
-        """Seconds the device's latest check stands for: since the check before (``every_s`` for
-        the first), so that a streak's start and its quiet time count checks, not polls."""
-        return self._span_s.get(device, self.every_s)
+    def next_due_ns(self, device: str) -> int | None:
+        return self._next.get(device)
+
+    def span_s(self, device: str, poll_s: float) -> float:
+        """Seconds the device's latest check stands for, so that a streak's start and its quiet
+        time count checks, not polls: since the check before, at most a pace (or a poll, if
+        longer). A gap without polls is no evidence of health: it counts as one check's time."""
+        return min(self._span_s.get(device, self.every_s), max(self.every_s, poll_s))
 
 
 def delay_bound(section: str, polls: int) -> Callable[[float, Any, str], float]:
@@ -74,7 +83,10 @@ class PacedStreaks:
     def open(self, device: str) -> bool:
         return self._streaks.open(device)
 
+    def next_due_ns(self, device: str) -> int | None:
+        return self._pacer.next_due_ns(device)
+
     def step(self, frame: RateFrame, seen: np.ndarray, known: np.ndarray, measure: np.ndarray) -> Step:
         """This check: ``seen`` where the condition held, ``known`` where it could tell."""
-        span_s = self._pacer.span_s(frame.device)
+        span_s = self._pacer.span_s(frame.device, frame.dt_s)
         return self._streaks.step(frame.device, seen, known, measure, frame.ts_ns, span_s)

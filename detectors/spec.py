@@ -61,6 +61,10 @@ class PacedDetector(DeviceDetector, Protocol):
         """Whether the device's poll at ``ts_ns`` is to be checked (``paced.Pacer``)."""
         ...
 
+    def next_due_ns(self, device: str) -> int | None:
+        """When the device is next due; None before its first check."""
+        ...
+
 
 class ClockWatch(Protocol):
     """A detector timed by the fabric's clock rather than by what a poll shows: told of every

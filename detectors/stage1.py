@@ -47,11 +47,8 @@ class Stage1:
         self._outliers = outliers
         self._signals = {kind: registry.calm_signals(kind) for kind in self._detectors}
         """Per device kind, the counters a poll must show for it to be worth detecting on."""
-        self._paced_every_ns = {
-            kind: int(min(d.every_s for d in paced) * 1e9) for kind, paced in self._paced.items() if paced
-        }
-        """Per device kind, the shortest pace of its paced detectors: a device asked sooner is not."""
-        self._paced_asked: dict[str, int] = {}
+        self._paced_next: dict[str, int] = {}
+        """Per device, the soonest any paced detector is due: a poll before it asks none of them."""
         self._open: set[str] = set()
         """Devices with a streak open in one of their detectors: their every poll goes to them."""
 
@@ -106,12 +103,12 @@ class Stage1:
     def _check_paced(self, frame: RateFrame, line: np.ndarray, poll: Poll | None = None) -> list[Symptom]:
         """The symptoms of the paced detectors for which the device is due a check (most polls:
         none, for the cost of a lookup)."""
-        every_ns = self._paced_every_ns.get(frame.device_kind)
-        asked = self._paced_asked.get(frame.device)
-        if every_ns is None or (asked is not None and 0 <= frame.ts_ns - asked < every_ns):
+        paced = self._paced.get(frame.device_kind)
+        soonest = self._paced_next.get(frame.device)
+        if not paced or (soonest is not None and frame.ts_ns < soonest):
             return []  # most polls: one lookup
-        self._paced_asked[frame.device] = frame.ts_ns
-        due = [d for d in self._paced[frame.device_kind] if d.due(frame.device, frame.ts_ns)]
+        due = [d for d in paced if d.due(frame.device, frame.ts_ns)]
+        self._paced_next[frame.device] = min(d.next_due_ns(frame.device) or frame.ts_ns for d in paced)
         if not due:
             return []
         poll = poll or Poll(frame, line, self.fabric)

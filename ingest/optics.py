@@ -4,8 +4,8 @@ them: ``ethtool -m`` on a host (``nic/module.py``), SONiC's STATE_DB on a switch
 A module reports per lane (4 or 8): received and transmitted power, laser bias; and its
 temperature, with its own alarm and warning thresholds for each. The detector needs one number per
 sensor per port, the one nearest its threshold: the weakest lit lane's power, the highest lane's
-bias. A lane is lit when its laser is biased: a 400G-XDR4 module in an 8-lane cage reads 0 mW on
-lanes 5 to 8 by design, not as a dead fibre. Powers go out in nW and bias in uA (gauges are
+bias. A lane counts when it is in use, biased or receiving: a 400G-XDR4 module in an 8-lane cage
+reads 0 mW on lanes 5 to 8 by design, not as a dead fibre. Powers go out in nW and bias in uA (gauges are
 unsigned integers: dBm is negative, 1 uW is too coarse near -30 dBm); a threshold the module
 leaves at zero (some leave their transmit power thresholds empty) is left out: unknown.
 """
@@ -28,6 +28,10 @@ THRESHOLDS = (
 )
 """The thresholds read, in the units of their sensor (mW, mA, degrees C); the direction that
 fails: a weak signal, a laser drawing ever more current, a hot module."""
+
+DARK_MW = 0.001
+"""-30 dBm: light below it is no signal (below any receiver's loss-of-signal level); a lane that
+receives no more is dark, and not in use unless its own laser is biased."""
 
 GAUGES = (
     "optic_rx_power_nw",
@@ -91,9 +95,15 @@ def optic_gauges(reading: ModuleReading) -> dict[str, int]:
 
 
 def _lit_lanes(reading: ModuleReading) -> set[int] | None:
-    """Lanes whose laser is biased; None (every lane that reports) when no bias is known."""
+    """Lanes in use: biased, or receiving light (a lane whose own laser died still receives from
+    the far end, and its 0 mW is the fault); None (every lane that reports) when no bias is known.
+    A lane neither biased nor receiving is one the module does not use (a 400G-XDR4 in an 8-lane
+    cage); a module dark on every lane is a link down, the link state detector's."""
     known = [i for i, b in enumerate(reading.bias_ma) if math.isfinite(b)]
-    return {i for i in known if reading.bias_ma[i] > 0} if known else None
+    if not known:
+        return None
+    receiving = {i for i, rx in enumerate(reading.rx_mw) if rx >= DARK_MW}
+    return {i for i in known if reading.bias_ma[i] > 0} | receiving
 
 
 def _pick(lanes: Sequence[float], lit: set[int] | None, worst: type[min] | type[max]) -> float:

@@ -138,7 +138,7 @@ class SnapshotAssembler:
         device.sent_ts = sample.last_ts
         ports = sorted(device.ports, key=port_order)
         for port in ports:
-            for gauge, value in device.optics.gauges(port).items():
+            for gauge, value in device.optics.gauges(port, sample.last_ts).items():
                 device.columns.setdefault((gauge, -1), CounterSpec(gauge, "gauge", 64))
                 sample.values[(port, (gauge, -1))] = value
         keys = sorted(device.columns)

@@ -181,6 +181,7 @@ def poll(
     with SysfsPorts() as ports:
         for _ in poll_times(interval_s, count, stats, stop, on_poll):
             netlink = _netlink_counters(rdma_statistic, problems) if rdma_statistic is not None else {}
+            modules.new_poll()
             for t in targets:
                 mine = {str(port): c for (dev, port), c in netlink.items() if dev == t.ib_dev}
                 snap = _read(sysfs_root, t, host, ethtool, problems, ports, mine, modules.gauges(t))
@@ -223,22 +224,29 @@ def _read(
 
 class Modules:
     """Each device's transceiver diagnostics, read once every ``every_s`` and repeated between
-    reads (a module refreshes them about once a second; its thresholds never change). A failed
-    read costs them until the next one succeeds: said once, counted, never a stale value."""
+    reads (a module refreshes them about once a second; its thresholds never change). At most one
+    device's module is read per poll (``new_poll``): an EEPROM read can take a second, and eight
+    at once would make the poll late. A failed read costs them until the next one succeeds: said
+    once, counted, never a stale value."""
 
     def __init__(
         self, read: Callable[[str], ModuleReading] | None, every_s: float, problems: ProblemLog
     ) -> None:
         self._read, self._every_s, self._problems = read, every_s, problems
         self._last: dict[str, tuple[float, dict[str, int] | None]] = {}
+        self._read_this_poll = False
+
+    def new_poll(self) -> None:
+        self._read_this_poll = False
 
     def gauges(self, t: NicTarget) -> dict[str, int] | None:
         if self._read is None or not self._every_s or not t.netdev:
             return None
         now = time.monotonic()
         last = self._last.get(t.ib_dev)
-        if last is not None and now - last[0] < self._every_s:
-            return last[1]
+        if self._read_this_poll or (last is not None and now - last[0] < self._every_s):
+            return last[1] if last is not None else None
+        self._read_this_poll = True
         try:
             gauges: dict[str, int] | None = optic_gauges(self._read(t.netdev))
         except (EthtoolError, ValueError) as exc:

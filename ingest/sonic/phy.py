@@ -32,10 +32,13 @@ class PhyReader:
         self.client = client
         self._every_s = every_s
         self._last: tuple[float, tuple[str, ...], list[list[int | None]] | None] | None = None
+        self.bad: list[str] = []
+        """Ports whose STATE_DB keys were not hashes at the last read."""
 
     def rows(self, ports: Sequence[str]) -> list[list[int | None]] | None:
-        """Per port, ``PHY_COLUMNS``; None when STATE_DB knows none of them. Raises what Redis
-        raises (the caller says it once and goes on without them)."""
+        """Per port, ``PHY_COLUMNS``; None when STATE_DB knows none of them. A key that is not a
+        hash costs that port's part only (``bad`` names it); a STATE_DB that does not answer
+        raises what Redis raises (the caller says it once and goes on without them)."""
         now = time.monotonic()
         if self._last is not None and self._last[1] == tuple(ports) and now - self._last[0] < self._every_s:
             return self._last[2]
@@ -44,15 +47,17 @@ class PhyReader:
             pipe.hget(f"PORT_TABLE|{port}", "speed")
             pipe.hgetall(f"TRANSCEIVER_DOM_SENSOR|{port}")
             pipe.hgetall(f"TRANSCEIVER_DOM_THRESHOLD|{port}")
-        replies = pipe.execute()
+        replies = pipe.execute(raise_on_error=False)
+        self.bad = sorted({f"{ports[i // 3]}" for i, r in enumerate(replies) if isinstance(r, Exception)})
+        replies = [None if isinstance(r, Exception) else r for r in replies]
         rows = [_row(*replies[3 * i : 3 * i + 3]) for i in range(len(ports))]
         found = rows if any(v is not None for row in rows for v in row) else None
         self._last = (now, tuple(ports), found)
         return found
 
 
-def _row(speed: bytes | None, sensor: dict, threshold: dict) -> list[int | None]:
-    gauges = optic_gauges(sonic_reading(_text(sensor), _text(threshold)))
+def _row(speed: bytes | None, sensor: dict | None, threshold: dict | None) -> list[int | None]:
+    gauges = optic_gauges(sonic_reading(_text(sensor or {}), _text(threshold or {})))
     return [_speed(speed), *(gauges.get(name) for name in GAUGES)]
 
 

@@ -355,7 +355,13 @@ class SonicSwitch:
         try:
             if self._phy is None:
                 self._phy = PhyReader(_client(with_db(self.url, STATE_DB), STATE_DB, self.timeout_s))
-            return self._phy.rows(ports)
+            rows = self._phy.rows(ports)
+            for port in self._phy.bad:
+                self._say_once(
+                    f"state_db:{port}",
+                    f"STATE_DB {port}: a key that is not a hash; its speed and optics unknown",
+                )
+            return rows
         except (redis.RedisError, OSError) as exc:
             self._say_once(
                 "state_db", f"STATE_DB unreadable ({type(exc).__name__}: {exc}); speeds and optics unknown"

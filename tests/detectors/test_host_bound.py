@@ -64,3 +64,19 @@ def test_a_real_mlx5_reading_maps_its_pcie_stall_counters_and_a_lone_stalled_sec
     firing = [a for a in events if a.status == "firing"]
     assert [(a.kind, a.root.device) for a in firing] == [("nic_host_bound", "h001/mlx5_0")]
     assert (firing[0].ts_ns - T0) / NS >= 11  # the third stalled second of the run, not the lone one
+
+
+def test_a_host_bound_nic_whose_traffic_counters_are_unknown_is_still_said():
+    """Found in review: a NIC reporting its stall counters but not its bytes (unknown throughput)
+    made the description fail. It says the stalls and leaves the throughput out."""
+    real = parse_ethtool_stats((FIXTURES / "ethtool_mlx5_crc_errors_zh_ethtool_notes.txt").read_text()).values
+    bare = {k: v for k, v in real.items() if "bytes" not in k}
+    pipeline, events = Pipeline(DetectorConfig()), []
+    for second in range(8):
+        specs, values = map_counters("mlx5_ethtool", bare | {"outbound_pci_stalled_rd_events": second})
+        ts = T0 + second * NS
+        snap = Snapshot("h001/mlx5_0", "nic", ts, specs, ["1"], [list(values)], source="mlx5_ethtool")
+        events += pipeline.feed(topics.COUNTERS, ts, encode(snap))
+    events += pipeline.finish()
+    (firing,) = [a for a in events if a.status == "firing"]
+    assert "held back by its host" in firing.summary and "reaches" not in firing.summary

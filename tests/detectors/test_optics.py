@@ -65,7 +65,7 @@ def _check(detector: Optics, gauges: dict[str, int], t: int) -> list:
 
 def test_the_upstream_sonic_mock_module_past_its_bias_alarm_is_critical_and_says_by_how_much():
     """sonic-utilities' STATE_DB mock Ethernet8 (``tests/fixtures/SOURCES.md``): tx1bias 17.476 mA
-    against a txbiashighalarm of 14.996 mA. Its unlit lanes' -22.9 dBm is not a weak signal."""
+    against a txbiashighalarm of 14.996 mA, and rx3power -22.9 dBm against a low alarm of -11.9."""
     mock = json.loads((FIXTURES / "sonic_state_db_transceiver_dom_upstream_mock.json").read_text())
     gauges = optic_gauges(
         sonic_reading(mock["TRANSCEIVER_DOM_SENSOR|Ethernet8"], mock["TRANSCEIVER_DOM_THRESHOLD|Ethernet8"])
@@ -73,14 +73,34 @@ def test_the_upstream_sonic_mock_module_past_its_bias_alarm_is_critical_and_says
     detector = Optics(OpticsConfig(every_s=1.0))
     assert _check(detector, gauges, 0) == []
     (said,) = _check(detector, gauges, 1)
-    assert said.evidence["severity"] == "critical" and said.evidence["out_of_range_sensors"] == "bias"
-    assert said.evidence["out_of_range"] == "laser bias 17.5 mA above its high alarm threshold 15 mA"
+    assert (
+        said.evidence["severity"] == "critical" and said.evidence["out_of_range_sensors"] == "rx_power bias"
+    )
+    assert said.evidence["out_of_range"] == (
+        "received power 0.0051 mW below its low alarm threshold 0.0645 mW, "
+        "laser bias 17.5 mA above its high alarm threshold 15 mA"
+    )
 
 
 def test_thresholds_a_module_leaves_unset_and_unknown_readings_judge_nothing():
-    gauges = {"optic_tx_power_nw": 10, "optic_tx_power_low_alarm_nw": 0, "optic_bias_ua": 7000}
+    """A threshold of 0 is one the module leaves unset: a bias of 7 mA is not above a "high alarm"
+    of 0, nor a transmit power unknown."""
+    gauges = {"optic_bias_ua": 7000, "optic_bias_high_alarm_ua": 0, "optic_tx_power_low_alarm_nw": 200_000}
     detector = Optics(OpticsConfig(every_s=1.0))
     assert [s for t in range(4) for s in _check(detector, gauges, t)] == []
+
+
+def test_a_sensor_gone_unreadable_does_not_clear_another_sensors_fault():
+    """Received power past its alarm opens the symptom; then the reading goes missing while the
+    temperature stays in range: unknown, not healed, until it ends for lack of data."""
+    detector = Optics(OpticsConfig(every_s=1.0, clear_after_s=5.0, lack_of_data_s=30.0))
+    weak = {"optic_rx_power_nw": 10_000, "optic_rx_power_low_alarm_nw": 44_600}
+    temp = {"optic_temperature_mc": 45_000, "optic_temperature_high_alarm_mc": 75_000}
+    both = weak | temp
+    assert _check(detector, both, 0) == [] and _check(detector, both, 1)[0].active
+    gone = {"optic_rx_power_low_alarm_nw": 44_600} | temp  # no rx reading
+    said = [s for t in range(2, 20) for s in _check(detector, gone, t)]
+    assert said and all(s.active for s in said)
 
 
 def test_a_real_qsfp_dd_at_its_temperature_warning_is_a_warning_through_the_host_collectors_columns():

@@ -324,6 +324,9 @@ def test_a_transceivers_openconfig_diagnostics_become_its_ports_optic_gauges():
     assert cell(first, "Ethernet2", "optic_rx_power_nw") is None
     assert cell(second, "Ethernet1", "optic_rx_power_nw") == 38_905  # kept as last said
     assert assembler.stats.unknown_paths == 0
+    later = [event("leaf1", T0 + 301 * 10**9, f"{OC}/in-octets", 30, interface_name="Ethernet1")]
+    stale = assembled("gnmic", messages + later)[0][-1]
+    assert cell(stale, "Ethernet1", "optic_rx_power_nw") is None  # not heard of for 5 minutes: unknown
 
 
 def test_the_negotiated_speed_becomes_the_speed_gauge_and_an_unknown_speed_says_nothing():

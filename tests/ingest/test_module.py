@@ -62,7 +62,7 @@ def test_the_sff8636_forms_are_read_and_an_empty_threshold_is_unknown():
     assert optic_gauges(parse_module_info("Identifier : 0x11 (QSFP28)\n")) == {}  # a cable: no DOM
 
 
-def test_modules_are_read_once_a_minute_and_a_failed_read_is_unknown_said_once():
+def test_modules_are_read_once_a_minute_one_per_poll_and_a_failed_read_is_unknown_said_once():
     reads: list[str] = []
     failing = [False]
 
@@ -74,15 +74,25 @@ def test_modules_are_read_once_a_minute_and_a_failed_read_is_unknown_said_once()
 
     said: list[str] = []
     modules = Modules(read, 0.2, ProblemLog(CollectStats(), said.append))
-    target = NicTarget("mlx5_0", "eth0")
-    assert modules.gauges(target) == {"optic_rx_power_nw": 500_000, "optic_bias_ua": 6_000}
-    assert modules.gauges(target) == {"optic_rx_power_nw": 500_000, "optic_bias_ua": 6_000}
-    assert reads == ["eth0"]  # the second poll repeats the reading
+    a, b = NicTarget("mlx5_0", "eth0"), NicTarget("mlx5_1", "eth1")
+    good = {"optic_rx_power_nw": 500_000, "optic_bias_ua": 6_000}
+    modules.new_poll()
+    assert modules.gauges(a) == good and modules.gauges(b) is None  # one EEPROM read a poll
+    modules.new_poll()
+    assert modules.gauges(a) == good and modules.gauges(b) == good  # a repeats its reading
+    assert reads == ["eth0", "eth1"]
     failing[0] = True
-    time.sleep(0.25)
-    assert modules.gauges(target) is None and modules.gauges(target) is None
+    for _ in range(2):  # past every_s each time: read again, fail again, said once
+        time.sleep(0.25)
+        modules.new_poll()
+        assert modules.gauges(a) is None
+    assert reads == ["eth0", "eth1", "eth0", "eth0"]
     assert len(said) == 1 and "ethtool -m eth0" in said[0]
-    assert Modules(None, 60, ProblemLog(CollectStats(), said.append)).gauges(target) is None
+    failing[0] = False
+    time.sleep(0.25)
+    modules.new_poll()
+    assert modules.gauges(a) == good and len(said) == 2 and "read again" in said[1]
+    assert Modules(None, 60, ProblemLog(CollectStats(), said.append)).gauges(a) is None
 
 
 def test_a_collector_told_never_reads_no_module():

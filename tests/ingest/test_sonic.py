@@ -17,8 +17,10 @@ from helpers.waiting import wait_for
 from fabricwatch.detectors.rates import RateEngine
 from fabricwatch.ingest.lldp.fabric import SiteSettings
 from fabricwatch.ingest.simulator.sonic_db import SwitchDb
+from fabricwatch.ingest.sonic.phy import PhyReader
 from fabricwatch.ingest.sonic.switch import COUNTERS_DB, SonicSwitch, SwitchError
 from fabricwatch.ingest.sonic.topology import TopologyWatch
+from fabricwatch.local.broker import free_port
 from fabricwatch.local.redis_server import redis_server
 
 pytestmark = [
@@ -80,9 +82,9 @@ def test_port_states_come_from_appl_db_and_a_port_it_does_not_know_is_unknown(se
 def test_speeds_and_optics_come_from_state_db_in_the_vocabularys_units(server):
     """sonic-utilities' STATE_DB mock (``tests/fixtures/SOURCES.md``): Ethernet0's ``PORT_TABLE``
     speed 100000 Mb/s and its module's readings (received power in dBm per lane, bias in mA,
-    temperature in degrees C) and thresholds; Ethernet8's 8-lane module, whose lanes 3 to 5 have no
-    laser bias (unlit: their -22.9 dBm is not a weak signal). A port STATE_DB does not hold reads
-    unknown; a STATE_DB hash that is not one costs that poll's speeds and optics, said once."""
+    temperature in degrees C) and thresholds; Ethernet8's 8-lane module. A port STATE_DB does not
+    hold reads unknown; a key that is not a hash costs that port's speed and optics only, said
+    once; a STATE_DB that does not answer costs every port's, said once; the counters go on."""
     load_upstream_counters(server)
     state = redis.Redis.from_url(server, db=6)
     state.flushdb()
@@ -99,7 +101,9 @@ def test_speeds_and_optics_come_from_state_db_in_the_vocabularys_units(server):
         and cell(snap, "Ethernet0", "optic_temperature_mc") == 30_926
     )
     assert cell(snap, "Ethernet0", "optic_tx_power_nw") is None  # "N/A" in every lane
-    assert cell(snap, "Ethernet8", "optic_rx_power_nw") == 411_197  # rx1power -3.8595 dBm, not lane 3
+    assert (
+        cell(snap, "Ethernet8", "optic_rx_power_nw") == 5_100
+    )  # rx3power -22.9243 dBm: a lane that receives is lit, its own laser off or not
     assert cell(snap, "Ethernet8", "optic_bias_ua") == 17_476  # past its high alarm, 14.996 mA
     assert cell(snap, "Ethernet4", "link_speed_mbps") is None
     state.delete("PORT_TABLE|Ethernet0")
@@ -107,8 +111,19 @@ def test_speeds_and_optics_come_from_state_db_in_the_vocabularys_units(server):
     switch = collector(server, said)
     for _ in range(2):
         snap = switch.read(1.0)
-        assert "link_speed_mbps" not in {c.name for c in snap.counters}
-        assert cell(snap, "Ethernet0", "rx_bytes") == 800
+        assert (
+            cell(snap, "Ethernet0", "link_speed_mbps") is None and cell(snap, "Ethernet0", "rx_bytes") == 800
+        )
+        assert cell(snap, "Ethernet8", "optic_bias_ua") == 17_476  # the other ports' go on
+    assert sum("STATE_DB Ethernet0: a key that is not a hash" in s for s in said) == 1
+    switch = SonicSwitch("leaf-1", f"{server}/{COUNTERS_DB}", timeout_s=2, warn=said.append)
+    switch._phy = PhyReader(redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.5))
+    for _ in range(2):
+        snap = switch.read(1.0)
+        assert (
+            "link_speed_mbps" not in {c.name for c in snap.counters}
+            and cell(snap, "Ethernet0", "rx_bytes") == 800
+        )
     assert sum("STATE_DB unreadable" in s for s in said) == 1
     state.flushdb()
     state.close()
