@@ -31,7 +31,7 @@ from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import LACK_OF_DATA_S
 from fabricwatch.detectors.rates import RateFrame, known_sum
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
-from fabricwatch.detectors.systematic import Systematic, check_window
+from fabricwatch.detectors.systematic import SignalledStreaks, check_window
 from fabricwatch.schemas.config import AtLeastOne, PollWindow, Positive
 from fabricwatch.schemas.messages import RootCause, Symptom
 
@@ -63,21 +63,20 @@ class DropsConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             raise ValueError(f"lossless_priorities must be between 0 and 7, not {bad}")
 
 
-class Drops:
+class Drops(SignalledStreaks):
     """Per device, per port, a bit history of polls with drops; free on a poll where no drop
     counter moved and nothing is open."""
 
+    signals = SIGNALS
+
     def __init__(self, config: DropsConfig) -> None:
+        super().__init__(config)
         self.config = config
         self._lossless = np.array(sorted(set(config.lossless_priorities)), dtype=np.int64)
-        self._streaks = Systematic.of(config)
-
-    def open(self, device: str) -> bool:
-        return self._streaks.open(device)
 
     def update(self, poll: Poll) -> list[Symptom]:
         frame = poll.frame
-        if not self._streaks.tracked(frame.device) and not frame.any_above_zero(SIGNALS):
+        if self.calm(frame):
             return []
         cfg = self.config
         lossless, lossy, ingress, egress = self._dropped(frame)

@@ -24,7 +24,7 @@ from fabricwatch.detectors.evidence import evidence, port_symptoms, seen_now
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import LACK_OF_DATA_S
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
-from fabricwatch.detectors.systematic import Systematic, check_window
+from fabricwatch.detectors.systematic import SignalledStreaks, check_window
 from fabricwatch.schemas.config import AtLeastOne, PollWindow, Positive
 from fabricwatch.schemas.messages import RootCause, Symptom
 
@@ -44,17 +44,16 @@ class HostBoundConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         check_window(self.persist_polls, self.window_polls)
 
 
-class HostBound:
-    def __init__(self, config: HostBoundConfig) -> None:
-        self.config = config
-        self._streaks = Systematic.of(config)
+class HostBound(SignalledStreaks):
+    signals = SIGNALS
 
-    def open(self, device: str) -> bool:
-        return self._streaks.open(device)
+    def __init__(self, config: HostBoundConfig) -> None:
+        super().__init__(config)
+        self.config = config
 
     def update(self, poll: Poll) -> list[Symptom]:
         frame = poll.frame
-        if not self._streaks.tracked(frame.device) and not frame.any_above_zero(SIGNALS):
+        if self.calm(frame):
             return []  # no stall counted and nothing open: the common poll, for free
         stalls = [c for c in (frame.port(n) for n in sorted(SIGNALS)) if c is not None]
         if not stalls:

@@ -22,7 +22,7 @@ from fabricwatch.detectors.evidence import capped, evidence, port_symptoms, wors
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import LACK_OF_DATA_S
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, Ripe, SymptomKind
-from fabricwatch.detectors.systematic import Systematic, check_window
+from fabricwatch.detectors.systematic import SignalledStreaks, check_window
 from fabricwatch.schemas.config import AtLeastOne, PollWindow, Positive
 from fabricwatch.schemas.messages import RootCause, Symptom
 
@@ -54,20 +54,19 @@ class LinkErrorsConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         check_window(self.persist_polls, self.window_polls)
 
 
-class LinkErrors:
+class LinkErrors(SignalledStreaks):
     """Per device, per port, a bit history of polls with errors (``systematic.Systematic``): free
     on the common poll, where no error counter moved and nothing is open."""
 
-    def __init__(self, config: LinkErrorsConfig) -> None:
-        self.config = config
-        self._streaks = Systematic.of(config)
+    signals = SIGNALS
 
-    def open(self, device: str) -> bool:
-        return self._streaks.open(device)
+    def __init__(self, config: LinkErrorsConfig) -> None:
+        super().__init__(config)
+        self.config = config
 
     def update(self, poll: Poll) -> list[Symptom]:
         frame = poll.frame
-        if not self._streaks.tracked(frame.device) and not frame.any_above_zero(SIGNALS):
+        if self.calm(frame):
             return []  # no error counter moved and nothing open: the common poll, for free
         lost = lost_frames(frame)
         if lost is None:

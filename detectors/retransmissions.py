@@ -25,7 +25,7 @@ from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import LACK_OF_DATA_S
 from fabricwatch.detectors.rates import RateFrame, known_sum
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
-from fabricwatch.detectors.systematic import Systematic, check_window
+from fabricwatch.detectors.systematic import SignalledStreaks, check_window
 from fabricwatch.schemas.config import AtLeastOne, PollWindow, Positive
 from fabricwatch.schemas.messages import RootCause, Symptom
 
@@ -52,20 +52,19 @@ class RetransmissionsConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=T
         check_window(self.persist_polls, self.window_polls)
 
 
-class Retransmissions:
+class Retransmissions(SignalledStreaks):
     """Per NIC, a bit history of polls with retransmissions; free on a poll where none was counted
     and nothing is open."""
 
-    def __init__(self, config: RetransmissionsConfig) -> None:
-        self.config = config
-        self._streaks = Systematic.of(config)
+    signals = SIGNALS
 
-    def open(self, device: str) -> bool:
-        return self._streaks.open(device)
+    def __init__(self, config: RetransmissionsConfig) -> None:
+        super().__init__(config)
+        self.config = config
 
     def update(self, poll: Poll) -> list[Symptom]:
         frame = poll.frame
-        if not self._streaks.tracked(frame.device) and not frame.any_above_zero(SIGNALS):
+        if self.calm(frame):
             return []
         n = len(frame.ports)
         received = _sum(frame, RESENT_BY_PEERS, n)

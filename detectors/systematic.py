@@ -146,3 +146,20 @@ class Systematic:
         state.active &= ~(cleared | ended)
         state.history[ended] = 0  # a streak found again needs polls that read it
         return Step(state, cleared, ended)
+
+
+class SignalledStreaks:
+    """What every per-port detector of rare events keeps (damaged frames, drops, resends, PCIe
+    stalls): its config and a ``Systematic`` history per device. ``calm`` is the common poll:
+    none of its ``signals`` above zero and nothing open, about which it has nothing to say."""
+
+    signals: frozenset[str] = frozenset()
+
+    def __init__(self, config: SystematicConfig) -> None:
+        self._streaks = Systematic.of(config)
+
+    def open(self, device: str) -> bool:
+        return self._streaks.open(device)
+
+    def calm(self, frame: RateFrame) -> bool:
+        return not self._streaks.tracked(frame.device) and not frame.any_above_zero(self.signals)
