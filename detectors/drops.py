@@ -28,11 +28,10 @@ import numpy as np
 
 from fabricwatch.detectors.evidence import capped, evidence, port_symptoms, worst_so_far
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
-from fabricwatch.detectors.persistence import LACK_OF_DATA_S
 from fabricwatch.detectors.rates import RateFrame, known_sum
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
-from fabricwatch.detectors.systematic import SignalledStreaks, check_window
-from fabricwatch.schemas.config import AtLeastOne, PollWindow, Positive
+from fabricwatch.detectors.systematic import SignalledStreaks, StreakConfig
+from fabricwatch.schemas.config import Positive
 from fabricwatch.schemas.messages import RootCause, Symptom
 
 SIGNALS = frozenset({"pg_drops", "rx_prio_discards", "queue_drops", "rx_discards", "tx_discards"})
@@ -40,7 +39,7 @@ SIGNALS = frozenset({"pg_drops", "rx_prio_discards", "queue_drops", "rx_discards
 Priority = msgspec.Meta(ge=0, le=7)
 
 
-class DropsConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+class DropsConfig(StreakConfig, forbid_unknown_fields=True, frozen=True):
     lossless_priorities: tuple[int, ...] = (3, 4)
     """Priorities (and their queues and ingress priority groups) that PFC keeps lossless: SONiC's
     default buffer profile makes 3 and 4 lossless, and RoCE deployments put RDMA on 3."""
@@ -49,15 +48,9 @@ class DropsConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     drop a little under load by design); a lossless class's drops count at any rate."""
     critical_ratio: Positive = 1e-4
     """Loss at or above this (0.01 %) is critical on any class: the brief's bound."""
-    persist_polls: AtLeastOne = 2
-    """Polls with drops, of the last ``window_polls``, that make them systematic."""
-    window_polls: PollWindow = 3
-    clear_after_s: Positive = 30.0
-    """A port without drops this long (and at least ``window_polls`` polls) has stopped dropping."""
-    lack_of_data_s: Positive = LACK_OF_DATA_S
 
     def __post_init__(self) -> None:
-        check_window(self.persist_polls, self.window_polls)
+        super().__post_init__()
         bad = [p for p in self.lossless_priorities if not 0 <= p <= 7]
         if bad:
             raise ValueError(f"lossless_priorities must be between 0 and 7, not {bad}")

@@ -17,31 +17,24 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 import numpy as np
 
 from fabricwatch.detectors.evidence import evidence, port_symptoms, seen_now
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
-from fabricwatch.detectors.persistence import LACK_OF_DATA_S
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
-from fabricwatch.detectors.systematic import SignalledStreaks, check_window
-from fabricwatch.schemas.config import AtLeastOne, PollWindow, Positive
+from fabricwatch.detectors.systematic import SignalledStreaks, StreakConfig
+from fabricwatch.schemas.config import AtLeastOne, PollWindow
 from fabricwatch.schemas.messages import RootCause, Symptom
 
 SIGNALS = frozenset({"pcie_stall_read_seconds", "pcie_stall_write_seconds"})
 _US_PER_S = 1e6
 
 
-class HostBoundConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+class HostBoundConfig(StreakConfig, forbid_unknown_fields=True, frozen=True):
     persist_polls: AtLeastOne = 3
     """Polls with PCIe stalls, of the last ``window_polls``, that make a NIC host-bound: one
     stalled second is a burst of small transfers, three in four are a host that cannot keep up."""
     window_polls: PollWindow = 4
-    clear_after_s: Positive = 30.0
-    lack_of_data_s: Positive = LACK_OF_DATA_S
-
-    def __post_init__(self) -> None:
-        check_window(self.persist_polls, self.window_polls)
 
 
 class HostBound(SignalledStreaks):

@@ -20,17 +20,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 import numpy as np
 
 from fabricwatch.detectors.evidence import evidence, port_symptoms, seen_now, worst_so_far
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.link_errors import both_ends_seen, link_root, locate, lost_frames
-from fabricwatch.detectors.paced import PacedStreaks, delay_bound
-from fabricwatch.detectors.persistence import LACK_OF_DATA_S
+from fabricwatch.detectors.paced import PacedConfig, PacedStreaks, delay_bound
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, SymptomKind
-from fabricwatch.detectors.systematic import check_window
-from fabricwatch.schemas.config import AtLeastOne, PollWindow, Positive
+from fabricwatch.schemas.config import AtLeastOne, Positive
 from fabricwatch.schemas.messages import Symptom
 
 FEC_LIMIT_BER = 2.4e-4
@@ -38,24 +35,17 @@ FEC_LIMIT_BER = 2.4e-4
 1e-13 (IEEE 802.3bs); above it, frames are lost."""
 
 
-class LinkDegradingConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+class LinkDegradingConfig(PacedConfig, forbid_unknown_fields=True, frozen=True):
     warn_ber: Positive = 1e-5
     """Pre-FEC bit error rate from which a link is degrading: Oracle's OCI HPC health checks fail
     a mlx5 link whose raw BER passes 1e-5 (oracle/oci-dr-hpc-v2, ``EXPECTED_RAW_PHYSICAL_BER``);
     24 times below the KP4 limit (``FEC_LIMIT_BER``), three decades above the 1e-12 to 2e-9 sound
     links read in SONiC's ``show interfaces counters fec-stats`` (sonic-swss PR 3757)."""
-    every_s: Positive = 10.0
-    """Seconds between two checks of a device."""
     persist_polls: AtLeastOne = 3
     """Checks at or above ``warn_ber``, of the last ``window_polls`` checks, that make a link
     degrading (three: 20 to 30 s at the default pace; one noisy check is not wear)."""
-    window_polls: PollWindow = 3
     clear_after_s: Positive = 120.0
     """A link below ``warn_ber`` this long (and ``window_polls`` checks) has recovered."""
-    lack_of_data_s: Positive = LACK_OF_DATA_S
-
-    def __post_init__(self) -> None:
-        check_window(self.persist_polls, self.window_polls)
 
 
 class LinkDegrading(PacedStreaks):

@@ -15,15 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 import numpy as np
 
 from fabricwatch.detectors.evidence import capped, evidence, port_symptoms, worst_so_far
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
-from fabricwatch.detectors.persistence import LACK_OF_DATA_S
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, Ripe, SymptomKind
-from fabricwatch.detectors.systematic import SignalledStreaks, check_window
-from fabricwatch.schemas.config import AtLeastOne, PollWindow, Positive
+from fabricwatch.detectors.systematic import SignalledStreaks, StreakConfig
+from fabricwatch.schemas.config import Positive
 from fabricwatch.schemas.messages import RootCause, Symptom
 
 _NS = 1_000_000_000
@@ -35,23 +33,13 @@ its other receive errors (length, alignment) says exactly what a bad link does."
 SIGNALS = frozenset({*FRAME_ERRORS, "fec_uncorrectable_blocks"})
 
 
-class LinkErrorsConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+class LinkErrorsConfig(StreakConfig, forbid_unknown_fields=True, frozen=True):
     min_error_ratio: Positive = 1e-9
     """Damaged frames per frame received below which a poll's errors are not counted (1e-9: a
     healthy link's post-FEC error rate is far below it, a failing one's far above)."""
-    persist_polls: AtLeastOne = 2
-    """Polls with errors, of the last ``window_polls``, that make the errors systematic."""
-    window_polls: PollWindow = 3
     critical_ratio: Positive = 1e-4
     """Loss at or above this (0.01 % of frames) is critical: RoCE's retransmissions then cost
     about 10 % of the link's bandwidth. Below it, a warning: the part is failing."""
-    clear_after_s: Positive = 30.0
-    """A link without errors this long (and at least ``window_polls`` polls) has recovered; an
-    intermittent fault (errors every few polls) stays one incident."""
-    lack_of_data_s: Positive = LACK_OF_DATA_S
-
-    def __post_init__(self) -> None:
-        check_window(self.persist_polls, self.window_polls)
 
 
 class LinkErrors(SignalledStreaks):

@@ -12,32 +12,21 @@ A speed never reads zero, so the detector is paced (``paced.py``); a down port s
 
 from __future__ import annotations
 
-import msgspec
 import numpy as np
 
 from fabricwatch.detectors.evidence import evidence, port_symptoms, seen_now
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.link_errors import both_ends_seen, link_root
-from fabricwatch.detectors.paced import PacedStreaks, delay_bound
-from fabricwatch.detectors.persistence import LACK_OF_DATA_S
+from fabricwatch.detectors.paced import PacedConfig, PacedStreaks, delay_bound
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, SymptomKind
-from fabricwatch.detectors.systematic import check_window
-from fabricwatch.schemas.config import AtLeastOne, PollWindow, Positive
+from fabricwatch.schemas.config import AtLeastOne
 from fabricwatch.schemas.messages import Symptom
 
 
-class LinkSpeedConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    every_s: Positive = 10.0
-    """Seconds between two checks of a device."""
+class LinkSpeedConfig(PacedConfig, forbid_unknown_fields=True, frozen=True):
     persist_polls: AtLeastOne = 2
     """Checks below speed, of the last ``window_polls``, that make a slow link: a renegotiation
     in progress reads low once."""
-    window_polls: PollWindow = 3
-    clear_after_s: Positive = 30.0
-    lack_of_data_s: Positive = LACK_OF_DATA_S
-
-    def __post_init__(self) -> None:
-        check_window(self.persist_polls, self.window_polls)
 
 
 class LinkSpeed(PacedStreaks):

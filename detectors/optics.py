@@ -21,16 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 import numpy as np
 
 from fabricwatch.detectors.evidence import evidence, port_symptoms
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.link_errors import both_ends_seen, link_root
-from fabricwatch.detectors.paced import PacedStreaks
+from fabricwatch.detectors.paced import PacedConfig, PacedStreaks, delay_bound
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, SymptomKind
-from fabricwatch.detectors.systematic import check_window
-from fabricwatch.schemas.config import AtLeastOne, PollWindow, Positive
+from fabricwatch.schemas.config import Positive
 from fabricwatch.schemas.messages import RootCause, Symptom
 
 
@@ -62,19 +60,12 @@ OWN_LASER = frozenset({"tx_power", "bias", "temperature"})
 """Sensors of a module's own transmitter: out of range, that module is the part."""
 
 
-class OpticsConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+class OpticsConfig(PacedConfig, forbid_unknown_fields=True, frozen=True):
     every_s: Positive = 10.0
     """Seconds between two checks of a device (xcvrd refreshes SONiC's readings every 60 s)."""
-    persist_polls: AtLeastOne = 2
-    """Checks out of range, of the last ``window_polls``, that make it an optic's fault rather
-    than one reading taken as a module was reseated."""
-    window_polls: PollWindow = 3
     clear_after_s: Positive = 120.0
     lack_of_data_s: Positive = 180.0
     """Longer than elsewhere: a switch's readings are refreshed once a minute."""
-
-    def __post_init__(self) -> None:
-        check_window(self.persist_polls, self.window_polls)
 
 
 class Optics(PacedStreaks):
@@ -223,9 +214,7 @@ OPTICS = IncidentKind(
     "signal, clean or replace the fibre, then the far end's optic.",
     describe=describe,
     carried=("likely_part",),
-    delay_bound_s=lambda poll_s, config, severity: (
-        (config.optics.persist_polls + 1) * max(config.optics.every_s, poll_s) + 2 * poll_s
-    ),
+    delay_bound_s=delay_bound("optics", 2),
     delay="(persist_polls + 1) x every_s + 2 polls (a check's wait for the far end)",
     ripe=both_ends_seen("optic_out_of_range"),
 )

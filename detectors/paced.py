@@ -10,12 +10,13 @@ others and finds such a fault within a few checks.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from fabricwatch.detectors.rates import RateFrame
-from fabricwatch.detectors.systematic import Step, Systematic, SystematicConfig
+from fabricwatch.detectors.systematic import Step, StreakConfig, Systematic
+from fabricwatch.schemas.config import Positive
 
 _NS = 1_000_000_000
 
@@ -64,8 +65,11 @@ def delay_bound(section: str, polls: int) -> Callable[[float, Any, str], float]:
     return bound
 
 
-class PacedConfig(SystematicConfig, Protocol):
-    every_s: float
+class PacedConfig(StreakConfig, forbid_unknown_fields=True, frozen=True):
+    """A paced detector's section: its streaks count checks, ``every_s`` apart."""
+
+    every_s: Positive = 10.0
+    """Seconds between two checks of a device."""
 
 
 class PacedStreaks:

@@ -17,16 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 import numpy as np
 
 from fabricwatch.detectors.evidence import evidence, port_symptoms, worst_so_far
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
-from fabricwatch.detectors.persistence import LACK_OF_DATA_S
 from fabricwatch.detectors.rates import RateFrame, known_sum
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
-from fabricwatch.detectors.systematic import SignalledStreaks, check_window
-from fabricwatch.schemas.config import AtLeastOne, PollWindow, Positive
+from fabricwatch.detectors.systematic import SignalledStreaks, StreakConfig
+from fabricwatch.schemas.config import Positive
 from fabricwatch.schemas.messages import RootCause, Symptom
 
 RESENT_BY_PEERS = ("out_of_sequence",)
@@ -36,20 +34,13 @@ RESENT_HERE = ("packet_seq_err", "implied_nak_seq_err", "local_ack_timeout_err")
 SIGNALS = frozenset({*RESENT_BY_PEERS, *RESENT_HERE})
 
 
-class RetransmissionsConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+class RetransmissionsConfig(StreakConfig, forbid_unknown_fields=True, frozen=True):
     min_ratio: Positive = 1e-6
     """Retransmission events per RDMA packet below which a poll is not counted (1e-6: a link losing
     one frame in a million is the brief's early sign)."""
     critical_ratio: Positive = 1e-3
     """From this many per packet a NIC is critical: with go-back-N windows of hundreds of packets,
     a tenth or more of its bandwidth goes to resending."""
-    persist_polls: AtLeastOne = 2
-    window_polls: PollWindow = 3
-    clear_after_s: Positive = 30.0
-    lack_of_data_s: Positive = LACK_OF_DATA_S
-
-    def __post_init__(self) -> None:
-        check_window(self.persist_polls, self.window_polls)
 
 
 class Retransmissions(SignalledStreaks):

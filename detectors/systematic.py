@@ -11,20 +11,15 @@ whose ports cannot be read for ``lack_of_data_s`` ends for lack of data, never a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
+import msgspec
 import numpy as np
 
+from fabricwatch.detectors.persistence import LACK_OF_DATA_S
 from fabricwatch.detectors.rates import RateFrame
+from fabricwatch.schemas.config import AtLeastOne, PollWindow, Positive
 
 _NS = 1_000_000_000
-
-
-class SystematicConfig(Protocol):
-    persist_polls: int
-    window_polls: int
-    clear_after_s: float
-    lack_of_data_s: float
 
 
 @dataclass
@@ -79,6 +74,22 @@ def check_window(persist_polls: int, window_polls: int) -> None:
         raise ValueError(f"persist_polls ({persist_polls}) must not be above window_polls ({window_polls})")
 
 
+class StreakConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """The settings of every detector built on ``Systematic``: its section of the ``detectors:``
+    config subclasses this, overriding a default where its fault asks for another."""
+
+    persist_polls: AtLeastOne = 2
+    """Polls with the condition, of the last ``window_polls``, that make it systematic."""
+    window_polls: PollWindow = 3
+    clear_after_s: Positive = 30.0
+    """Seconds of known polls without it (and at least ``window_polls`` polls) that clear it: an
+    intermittent fault (every few polls) stays one incident."""
+    lack_of_data_s: Positive = LACK_OF_DATA_S
+
+    def __post_init__(self) -> None:
+        check_window(self.persist_polls, self.window_polls)
+
+
 class Systematic:
     """Per device, per port, a bit history of polls in which a condition was seen."""
 
@@ -95,7 +106,7 @@ class Systematic:
         self._devices: dict[str, Ports] = {}
 
     @classmethod
-    def of(cls, config: SystematicConfig) -> Systematic:
+    def of(cls, config: StreakConfig) -> Systematic:
         """From a detector's config section: its ``persist_polls``, ``window_polls``,
         ``clear_after_s`` and ``lack_of_data_s``."""
         return cls(config.persist_polls, config.window_polls, config.clear_after_s, config.lack_of_data_s)
@@ -155,7 +166,7 @@ class SignalledStreaks:
 
     signals: frozenset[str] = frozenset()
 
-    def __init__(self, config: SystematicConfig) -> None:
+    def __init__(self, config: StreakConfig) -> None:
         self._streaks = Systematic.of(config)
 
     def open(self, device: str) -> bool:
