@@ -13,6 +13,7 @@ transmitter or optic; errors at both ends at the cable between them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -152,6 +153,17 @@ def describe(
     )
 
 
+def attach_ends(d: Describer, incident: Incident, ends: Iterable[End]) -> set[str]:
+    """A link incident's devices (its ends' and its root's), hosts (of its NIC ends) and jobs
+    (those hosts'); returns the hosts."""
+    devices = {dev for dev, _ in ends} | {incident.root.device}
+    incident.devices |= devices
+    hosts = {d.fabric.host_of(dev) for dev in devices if d.fabric.is_nic(dev)}
+    incident.hosts |= hosts
+    d.jobs.attach(incident, hosts, incident.start_ns)
+    return hosts
+
+
 def locate(d: Describer, incident: Incident, group: Group, erroring: set[End]) -> tuple[str, str, set[str]]:
     """The failing part of a link from the ends that see it (``erroring``): one end only points
     at the far end's transmitter or optic (the incident is rooted there), both at the cable. Sets
@@ -165,11 +177,7 @@ def locate(d: Describer, incident: Incident, group: Group, erroring: set[End]) -
     if transmitter is not None:
         incident.root = RootCause(*transmitter)
     incident.evidence["likely_part"] = f"{incident.root.device} {incident.root.port}"
-    devices = {dev for dev, _ in erroring} | {incident.root.device}
-    incident.devices |= devices
-    hosts = {d.fabric.host_of(dev) for dev in devices if d.fabric.is_nic(dev)}
-    incident.hosts |= hosts
-    d.jobs.attach(incident, hosts, incident.start_ns)
+    hosts = attach_ends(d, incident, erroring)
     at = " and ".join(f"{dev} {port}" for dev, port in sorted(erroring))
     if transmitter is not None:
         incident.evidence["ends"] = "one"

@@ -16,7 +16,7 @@ import numpy as np
 
 from fabricwatch.detectors.evidence import evidence, port_symptoms, seen_now
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
-from fabricwatch.detectors.link_errors import both_ends_seen, link_root
+from fabricwatch.detectors.link_errors import attach_ends, both_ends_seen, link_root
 from fabricwatch.detectors.paced import PacedConfig, PacedStreaks, delay_bound
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, SymptomKind
 from fabricwatch.schemas.config import AtLeastOne
@@ -74,11 +74,7 @@ def describe(
     latest = max(own, key=lambda s: s.ts_ns)
     incident.severity = "warning"
     ends = sorted({(s.device, s.port) for s in own})
-    devices = {dev for dev, _ in ends} | {incident.root.device}
-    incident.devices |= devices
-    hosts = {d.fabric.host_of(dev) for dev in devices if d.fabric.is_nic(dev)}
-    incident.hosts |= hosts
-    d.jobs.attach(incident, hosts, incident.start_ns)
+    attach_ends(d, incident, ends)
     ev = latest.evidence
     speed, expected = float(ev.get("speed_gbps", 0.0)), float(ev.get("expected_gbps", 0.0))
     incident.evidence["speed_gbps"] = speed

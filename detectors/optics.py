@@ -25,7 +25,7 @@ import numpy as np
 
 from fabricwatch.detectors.evidence import evidence, port_symptoms
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
-from fabricwatch.detectors.link_errors import both_ends_seen, link_root
+from fabricwatch.detectors.link_errors import attach_ends, both_ends_seen, link_root
 from fabricwatch.detectors.paced import PacedConfig, PacedStreaks, delay_bound
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, SymptomKind
 from fabricwatch.schemas.config import Positive
@@ -190,11 +190,7 @@ def describe(
         part, where = identity, "the fibre between the ends (both receive a weak signal)"
     incident.root = RootCause(*part)
     incident.evidence["likely_part"] = f"{part[0]} {part[1]}"
-    devices = {dev for dev, _ in ends} | {part[0]}
-    incident.devices |= devices
-    hosts = {d.fabric.host_of(dev) for dev in devices if d.fabric.is_nic(dev)}
-    incident.hosts |= hosts
-    d.jobs.attach(incident, hosts, incident.start_ns)
+    attach_ends(d, incident, ends)
     said = "; ".join(
         f"{dev} {port}: {latest_at[(dev, port)].evidence.get('out_of_range', '')}" for dev, port in ends
     )
