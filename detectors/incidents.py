@@ -140,8 +140,13 @@ class Correlator:
             interval = min(max(symptom.ts_ns - symptom.start_ns, NS), _FIRST_INTERVAL_MAX_NS)
         self._active[key] = Seen(symptom, max(interval, 1))
 
-    def tick(self, now_ns: int) -> list[Anomaly]:
-        """Group the active symptoms into incidents; return what changed since the last tick."""
+    def tick(self, now_ns: int, settled_ns: int | None = None) -> list[Anomaly]:
+        """Group the active symptoms into incidents; return what changed since the last tick.
+
+        ``settled_ns``: the time up to which every input is in (streaming: the slowest input's
+        own watermark, where ``now_ns`` may run ahead of it on the wall clock); by default
+        ``now_ns``, as in process, where input comes in time order. A new incident that waits
+        for evidence (``_ripe``) waits in settled time: evidence late on its way is not absent."""
         self._expire(now_ns)
         placement = Placement(self, self._explained())
         groups = self._group(placement)
@@ -151,8 +156,9 @@ class Correlator:
         for fp, group in sorted(groups.items(), key=lambda item: bool(kinds[item[1].kind].caused_by)):
             incident = self._incidents.get(fp)
             if incident is None:
-                if not self._ripe(fp, group, now_ns, placement):
+                if not self._ripe(fp, group, now_ns, now_ns if settled_ns is None else settled_ns, placement):
                     continue
+                self._pending.pop(fp, None)
                 incident = self._incidents[fp] = Incident(group.kind, group.root, fp, group.start_ns, now_ns)
                 self._link_cause(incident, group, groups)
                 self._describe(incident, group)
@@ -210,15 +216,23 @@ class Correlator:
         said = tuple(incident.evidence.get(k) for k in self.registry.incidents[incident.kind].updated_on)
         return incident.severity, frozenset(incident.devices), tuple(incident.jobs), incident.root, said
 
-    def _ripe(self, fp: str, group: Group, now_ns: int, placement: Placement) -> bool:
+    def _ripe(self, fp: str, group: Group, now_ns: int, settled_ns: int, placement: Placement) -> bool:
         """Whether a new incident may fire: at once, unless its kind's ``ripe`` test says it may
         still be wrong (a storm's root not proven yet, retransmissions that may be another
-        incident's echo); then it waits one poll of its group, at most."""
+        incident's echo); then it waits until one poll of its group has settled since it was
+        first seen. Found (issue 34): through two workers under load, a link's symptoms reached
+        stage 2 after a poll of projected time had passed, and the retransmissions they explain
+        fired alone."""
         ripe = self.registry.incidents[group.kind].ripe
         if ripe is None or ripe(placement, group):
             return True
         first = self._pending.setdefault(fp, now_ns)
-        return now_ns - first >= group.interval_ns
+        return min(now_ns, settled_ns) - first >= group.interval_ns
+
+    @property
+    def waiting(self) -> bool:
+        """Whether a new incident waits for evidence (``_ripe``): a later settled time may fire it."""
+        return bool(self._pending)
 
     def _expire(self, now_ns: int) -> None:
         """Forget symptoms whose device stopped reporting (collector gone): they cannot clear. The

@@ -40,10 +40,12 @@ class Stage2:
     def seen(self, ts_ns: int) -> None:
         self.ticker.seen(ts_ns)
 
-    def evaluate(self, at_ns: int) -> list[Anomaly]:
-        """The anomaly lifecycle events of an evaluation at ``at_ns``."""
-        return self.correlator.tick(at_ns)
+    def evaluate(self, at_ns: int, settled_ns: int | None = None) -> list[Anomaly]:
+        """The anomaly lifecycle events of an evaluation at ``at_ns``; ``settled_ns`` as in
+        ``Correlator.tick``."""
+        return self.correlator.tick(at_ns, settled_ns)
 
-    def evaluate_now(self) -> list[Anomaly]:
-        """Evaluate at the latest time seen: the caller knows the input is complete for now."""
-        return self.correlator.tick(self.ticker.force())
+    def evaluate_now(self, settled_ns: int | None = None) -> list[Anomaly]:
+        """Evaluate at the latest time seen: the caller knows the input is complete for now, or
+        that more of it settled."""
+        return self.correlator.tick(self.ticker.force(), settled_ns)

@@ -321,6 +321,11 @@ class Stage2Worker:
     newest watermark, and not as the newest watermark at once. One caught up and unmoved for
     ``quiet_after_s`` (its devices stopped sending) holds nothing back: a replay faster than real
     time pays that once, not the replay's pace.
+
+    Projected time is right for taking symptoms and resolving incidents, not for concluding that
+    evidence is absent: a new incident that waits for another's symptoms (``Correlator._ripe``)
+    waits in settled time, the slowest input's own watermark, where a caught-up partition counts
+    until it has been quiet for ``settle_after_s``.
     """
 
     def __init__(
@@ -330,6 +335,7 @@ class Stage2Worker:
         stall_after_s: float = 30.0,
         heartbeat_s: float = 2.0,
         quiet_after_s: float = 2.0,
+        settle_after_s: float = 10.0,
         startup_wait_s: float = 5.0,
         max_held: int = 200_000,
         expected_sources: Sequence[str] = (),
@@ -341,12 +347,14 @@ class Stage2Worker:
         self.stall_after_s = stall_after_s
         self.heartbeat_s = heartbeat_s
         self.quiet_after_s = quiet_after_s
+        self.settle_after_s = settle_after_s
         self.startup_wait_s = startup_wait_s
         self.max_held = max_held
         self._marks: dict[tuple[str, str], _Mark] = {}
         self._held: list[tuple[int, int, Symptom]] = []
         self._seq = 0
         self._released_ns = 0
+        self._settled_ns = 0
         self._step_ns = int(step_s * 1e9)
         self._unevaluated = False
         self.taken = 0
@@ -423,7 +431,12 @@ class Stage2Worker:
         newest = max(m.ts_ns for m in self._marks.values())
         passed = [p for m in self._marks.values() if (p := self._passed(m, now)) is not None]
         until = min([newest, *passed])
+        settled = min([newest, *(m.ts_ns for m in self._marks.values() if self._settling(m, now))])
         fired: list[Anomaly] = []
+        if settled != self._settled_ns:
+            self._settled_ns = settled
+            if self.core.correlator.waiting and self._released_ns:
+                fired += self.core.evaluate_now(settled)
         while self._held and (self._held[0][0] <= until or len(self._held) > self.max_held):
             ts_ns, _, symptom = heapq.heappop(self._held)
             fired += self._take(ts_ns, symptom)
@@ -436,7 +449,7 @@ class Stage2Worker:
         ):
             # Every input is read to its end: this poll's burst is complete, so evaluate it now
             # rather than when the next poll's first record arrives, a poll interval later.
-            fired += self.core.evaluate_now()
+            fired += self.core.evaluate_now(self._settled_ns)
             self._unevaluated = False
         return fired
 
@@ -449,6 +462,16 @@ class Stage2Worker:
         if mark.ts_ns == 0 or idle_s >= self.quiet_after_s:
             return None
         return mark.ts_ns + int(idle_s * 1e9)
+
+    def _settling(self, mark: _Mark, now: float) -> bool:
+        """Whether one input partition's own watermark bounds the settled time: unless it has
+        stalled, or been caught up and quiet for ``settle_after_s`` (its devices stopped)."""
+        idle_s = now - mark.moved
+        if mark.ts_ns == 0:
+            return False
+        if mark.caught_up and now - mark.heard < self.heartbeat_s:
+            return idle_s < self.settle_after_s
+        return idle_s < self.stall_after_s
 
     def _take(self, ts_ns: int, symptom: Symptom | None) -> list[Anomaly]:
         """Move time to ``ts_ns`` (through a tick every ``step_s`` of a quiet stretch, so quiet
@@ -474,4 +497,4 @@ class Stage2Worker:
         if due is None:
             return []
         self._unevaluated = False
-        return self.core.evaluate(due)
+        return self.core.evaluate(due, self._settled_ns)

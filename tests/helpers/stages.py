@@ -12,6 +12,7 @@ from fabricwatch.replay import replay_trace
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import (
     PhaseMessage,
+    Snapshot,
     Topology,
     decode,
 )
@@ -26,13 +27,11 @@ def in_process(path: Path) -> list[tuple[str, str, str, int]]:
     return [(a.kind, a.status, a.root.device, a.start_ns) for a in result.anomalies]
 
 
-def streamed(path: Path, batch: int, order: str) -> tuple[list, Stage2Worker]:
-    """Stage 1 in batches over partitions as a broker would split them, stage 2 behind it; the
-    partitions interleaved as ``order`` says."""
-    config = DetectorConfig()
-    stage1 = Stage1Worker(config)
-    sources = [f"{topics.COUNTERS}/{i}" for i in range(PARTITIONS)]
-    stage2 = Stage2Worker(config, expected_sources=sources)
+def _read(
+    path: Path, stage1: Stage1Worker, stage2: Stage2Worker, sources: list[str]
+) -> list[tuple[str, bytes]]:
+    """The trace's counters as (input partition, message), a broker's split; its topology and
+    phases applied to both stages."""
     counters = []
     with TraceReader(path) as reader:
         for rec in reader:
@@ -44,6 +43,53 @@ def streamed(path: Path, batch: int, order: str) -> tuple[list, Stage2Worker]:
                 stage2.set_topology(topo)
             elif rec.topic == topics.PHASES:
                 stage2.on_phase(decode(rec.value(), PhaseMessage))
+    return counters
+
+
+def partition_of(device: str) -> str:
+    return f"{topics.COUNTERS}/{zlib.crc32(device.encode()) % PARTITIONS}"
+
+
+def live(path: Path, late: set[str], lag_s: float, from_s: float) -> list[tuple[str, str, str, int]]:
+    """The trace as it would stream live: each counter read when stamped, those of the ``late``
+    input partitions ``lag_s`` later from ``from_s`` into the trace on (a producer's batch held
+    back), every partition caught up between reads, stage 2 told every 0.1 s of wall time."""
+    config = DetectorConfig()
+    stage1 = Stage1Worker(config)
+    sources = [f"{topics.COUNTERS}/{i}" for i in range(PARTITIONS)]
+    stage2 = Stage2Worker(config, expected_sources=sources)
+    counters = _read(path, stage1, stage2, sources)
+    start = decode(counters[0][1], Snapshot).ts_ns
+    arrivals = []
+    for source, value in counters:
+        at = (decode(value, Snapshot).ts_ns - start) / 1e9
+        arrivals.append((at + (lag_s if source in late and at >= from_s else 0.0), source, value))
+    arrivals.sort(key=lambda a: a[0])
+    fired = []
+    step = 0
+    while arrivals:
+        wall = step * 0.1
+        now = [a for a in arrivals if a[0] <= wall]
+        arrivals = arrivals[len(now) :]
+        out = stage1.process([v for _, _, v in now], [s for _, s, _ in now])
+        for k in out.symptoms + stage1.heartbeat(dict.fromkeys(sources, True)):
+            events, reason = stage2.feed(k.value, wall, channel=k.key.decode())
+            assert reason is None
+            fired += events
+        fired += stage2.advance(wall)
+        step += 1
+    fired += stage2.advance(step * 0.1 + 60)
+    return [(a.kind, a.status, a.root.device, a.start_ns) for a in fired]
+
+
+def streamed(path: Path, batch: int, order: str) -> tuple[list, Stage2Worker]:
+    """Stage 1 in batches over partitions as a broker would split them, stage 2 behind it; the
+    partitions interleaved as ``order`` says."""
+    config = DetectorConfig()
+    stage1 = Stage1Worker(config)
+    sources = [f"{topics.COUNTERS}/{i}" for i in range(PARTITIONS)]
+    stage2 = Stage2Worker(config, expected_sources=sources)
+    counters = _read(path, stage1, stage2, sources)
     if order == "partition by partition":  # the worst a backlog can do: one partition minutes ahead
         counters.sort(key=lambda c: c[0])
     fired = []

@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from helpers.stages import in_process, streamed
+from helpers import small_fabric
+from helpers.stages import in_process, live, partition_of, streamed
 
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.ticks import Ticker
@@ -34,6 +35,28 @@ def test_streamed_stages_fire_what_the_pipeline_fires(demo_trace, batch, order):
     assert firing and [e for e in got if e[1] == "firing"] == firing
     assert [e for e in got if e[1] == "resolved"] == [e for e in expected if e[1] == "resolved"]
     assert stage2.held == 0
+
+
+@pytest.mark.parametrize("lag_s", [0.0, 1.5, 3.0])
+def test_a_link_whose_symptoms_come_late_still_explains_the_retransmissions_it_causes(tmp_path, lag_s):
+    """Issue 34, found in CI through two workers under load: the partitions of a lossy link's two
+    ends came a second or more behind the one of a NIC resending because of it, caught up all the
+    while, so projected time passed the NIC's poll of waiting and it fired alone. Waiting in
+    settled time, it folds into the link's incident as in process."""
+    small_fabric.replayed(
+        tmp_path,
+        "late_link",
+        "  - {kind: lossy_link, device: h003, loss_rate: 0.0001, start: 10.3, duration: 20}",
+        34,
+        40,
+    )
+    path = tmp_path / "late_link.trace.gz"
+    late = {partition_of("h003/mlx5_0"), partition_of("leaf00")}
+    assert len(late | {partition_of("h002/mlx5_0"), partition_of("h004/mlx5_0")}) == 4  # the echoes on time
+    expected = {(k, d) for k, status, d, _ in in_process(path) if status == "firing"}
+    assert expected == {("link_corruption", "h003/mlx5_0")}
+    got = {(k, d) for k, status, d, _ in live(path, late, lag_s, from_s=11.5) if status == "firing"}
+    assert got == expected
 
 
 def test_a_stalled_partition_holds_symptoms_until_its_watermark_passes():

@@ -82,12 +82,16 @@ faults:
   - {kind: lossy_link, device: spine01, port: Ethernet0, loss_rate: 0.00001, one_way: true,
      start: 45.6, duration: 30}
   - {kind: error_burst, device: h012, loss_rate: 0.001, start: 20.2, duration: 0.5}
+  - {kind: failing_optic, device: h006, start: 15.3, duration: 40}
+  - {kind: degrading_link, device: h010, pre_fec_ber: 0.00005, start: 30.2, duration: 50}
 """
 
 
 def test_two_workers_find_the_lossy_links_the_in_process_replay_finds(broker, workers, tmp_path):
     """Issue 34: a link's two ends are read by whichever workers own their devices, and stage 2
-    joins them into one incident at the same part as in process; the burst stays quiet."""
+    joins them into one incident at the same part as in process; the burst stays quiet. The
+    paced detectors (a failing optic, a degrading link) check each device on its own time, so
+    they find what they find in process whichever worker reads it."""
     scenario = tmp_path / "lossy.yaml"
     scenario.write_text(LOSSY)
     path = tmp_path / "lossy.trace.gz"
@@ -96,6 +100,8 @@ def test_two_workers_find_the_lossy_links_the_in_process_replay_finds(broker, wo
     assert {(k, d) for k, d in expected.firing} == {
         ("link_corruption", "h003/mlx5_0"),
         ("link_corruption", "leaf00"),
+        ("optics_out_of_range", "h006/mlx5_0"),
+        ("link_degrading", "h010/mlx5_0"),
     }
     for w in workers:
         w.wait_ready()
