@@ -12,7 +12,7 @@ from pathlib import Path
 
 from fabricwatch.collectors.frame import Frame
 from fabricwatch.collectors.phase_metrics import PhaseMetrics
-from fabricwatch.ingest.phases.formats import FormatError, detect, records
+from fabricwatch.ingest.phases.formats import UPPER_BOUND, FormatError, detect, records
 from fabricwatch.ingest.phases.log_tail import LogTail
 from fabricwatch.ingest.phases.nccl_phases import JobReaders
 from fabricwatch.schemas import topics
@@ -74,13 +74,14 @@ def import_files(
     phases: list[PhaseMessage] = []
     failed = 0
     for path in files:
-        reader = readers.reader(str(path))
         text = path.read_text(encoding="utf-8", errors="replace")
         try:
             kind = detect(text)
             if kind == "nccl-log":
+                reader = readers.reader(str(path))
                 phases += [ph for line in text.splitlines() for ph in reader.line(line)]
                 continue
+            reader = readers.reader(str(path), kind, kind in UPPER_BOUND)
             skipped: list[str] = []
             for rec in records(kind, text, host, skipped):
                 phases += reader.record(rec)
@@ -95,17 +96,28 @@ def import_files(
     with TraceWriter(out, "phases import", time.time_ns(), {"jobs": sorted({p.job for p in phases})}) as w:
         for ph in phases:
             w.write_message(topics.PHASES, ph.job, phase_time(ph), ph)
+    if not phases and failed < len(files):
+        read = len(files) - failed
+        warn(
+            f"nothing to import: no collective call with its own time in the {read} file(s) read "
+            "(an NCCL log needs NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL and, to be imported, "
+            "NCCL_DEBUG_TIMESTAMP_LEVELS=INFO)"
+        )
     return failed if phases else max(failed, 1)
 
 
 def summary(readers: JobReaders, out: Path | None) -> str:
     s, g = readers.stats, readers.graph_stats
     where = f" to {out}" if out is not None else ""
+    logs = f"{s.calls - s.records} collective calls and {s.inits} communicator inits in {s.lines} log lines"
+    read = ([logs] if s.lines else []) + (
+        [f"{s.records} collective calls in profilers' records"] if s.records else []
+    )
     return (
-        f"{s.calls} collective calls and {s.inits} communicator inits in {s.lines} lines made "
-        f"{readers.phases} phases and {g.graphs} graphs of {g.connections} connections{where}; "
-        f"{sum(s.problems.values())} lines skipped, {s.untimed} calls without a time, "
-        f"{g.unbound} connections of no known communicator"
+        f"{' and '.join(read) or 'nothing'} made {readers.phases} phases, {s.timed} timed calls and "
+        f"{g.graphs} graphs of {g.connections} connections{where}; "
+        f"{sum(s.problems.values())} lines or records skipped, {s.untimed} calls without a time, "
+        f"{s.unbound} timed calls and {g.unbound} connections of no known communicator"
     )
 
 

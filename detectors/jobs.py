@@ -37,8 +37,8 @@ class JobAttribution:
             graph.edges.update(msg.edges)
             graph.rank_hosts.update(msg.rank_hosts)
             graph.updated_ns = max(graph.updated_ns, msg.ts_ns)
-            return
-        self.phases.append(msg)
+        elif isinstance(msg, Phase):
+            self.phases.append(msg)
 
     def host_pairs(self, job: str, comm: str) -> dict[tuple[str, str], int]:
         """Connections over the network from host to host in one communicator (each counted once,

@@ -22,6 +22,7 @@ from fabricwatch.detectors.topology import TopologyView
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import (
     Anomaly,
+    Collectives,
     CommGraph,
     DecodeError,
     Label,
@@ -140,7 +141,7 @@ class Pipeline:
             self.stats.symptoms += len(symptoms)
             for s in symptoms:
                 self.stage2.on_symptom(s)
-        elif isinstance(msg, (Phase, CommGraph)):
+        elif isinstance(msg, (Phase, CommGraph, Collectives)):
             self.stage2.on_phase(msg)
             if self.on_context is not None:
                 self.on_context(msg)

@@ -19,11 +19,13 @@ import msgspec
 import numpy as np
 
 # Re-exported (``X as X``): every wire message is reachable from here, as ``decode`` reads them all.
+from fabricwatch.schemas.phases import Collectives as Collectives
 from fabricwatch.schemas.phases import CommGraph as CommGraph
 from fabricwatch.schemas.phases import Edge as Edge
 from fabricwatch.schemas.phases import Operation as Operation
 from fabricwatch.schemas.phases import Phase as Phase
 from fabricwatch.schemas.phases import PhaseMessage as PhaseMessage
+from fabricwatch.schemas.phases import Timed as Timed
 from fabricwatch.schemas.phases import phase_time as phase_time
 from fabricwatch.schemas.topology import Device as Device
 from fabricwatch.schemas.topology import EcmpGroup as EcmpGroup
@@ -405,6 +407,7 @@ Message = (
     Snapshot
     | Phase
     | CommGraph
+    | Collectives
     | Topology
     | Symptom
     | Watermark

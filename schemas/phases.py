@@ -95,6 +95,52 @@ class CommGraph(msgspec.Struct, tag="comm_graph", tag_field="type", omit_default
                 )
 
 
+class Timed(msgspec.Struct, frozen=True, array_like=True):
+    """One collective call of one rank with its own time: what a job's metrics are made of."""
+
+    op: Operation
+    rank: int
+    bytes: int
+    """The buffer NCCL was given on this rank (its count times its datatype's size): for an
+    AllGather its send buffer, for a ReduceScatter its receive buffer."""
+    begin_ns: int
+    dur_ns: int
+
+
+class Collectives(msgspec.Struct, tag="collectives", tag_field="type", omit_defaults=True):
+    """Collective calls of one communicator of a job, each with its own time and duration, as the
+    job's records give them (the NCCL Inspector's, Kineto's kernels, the Flight Recorder's). A
+    phase says who ran what when; these say how long each call took, which job metrics need
+    (``detectors/job_metrics.py``). A source that gives no duration (an NCCL log) sends none."""
+
+    job: str
+    comm: str
+    nranks: int
+    ts_ns: int
+    """The first call's begin."""
+    calls: list[Timed]
+    rank_hosts: dict[int, str] = msgspec.field(default_factory=dict)
+    source: str = ""
+    upper_bound: bool = False
+    """Durations that include the time a call waited to start (the Flight Recorder's created to
+    completed): an upper bound of the collective's time, not the time itself."""
+    v: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        check_stamp(self.ts_ns)
+        _check_ranks(self.rank_hosts)
+        if not 0 < self.nranks < _RANK_LIMIT:
+            raise ValueError(f"nranks {self.nranks} is not one NCCL numbers")
+        if not self.calls:
+            raise ValueError("no calls")
+        for c in self.calls:
+            if not 0 <= c.rank < self.nranks:
+                raise ValueError(f"rank {c.rank} is outside ranks 0..{self.nranks - 1}")
+            if c.bytes < 0 or c.dur_ns < 0:
+                raise ValueError(f"a call of rank {c.rank} has negative bytes or duration")
+            check_stamp(c.begin_ns)
+
+
 _RANK_LIMIT = 1 << 32
 _CHANNEL_LIMIT = 1 << 16
 """Ranks and channels as NCCL numbers them (and the store keeps them: UInt32, UInt16)."""
@@ -106,10 +152,11 @@ def _check_ranks(rank_hosts: dict[int, str]) -> None:
             raise ValueError(f"rank {rank} is not one NCCL numbers")
 
 
-PhaseMessage = Phase | CommGraph
+PhaseMessage = Phase | CommGraph | Collectives
 """What ``fabric.phases`` carries."""
 
 
 def phase_time(msg: PhaseMessage) -> int:
-    """A message's time on ``fabric.phases``: a phase's first call, a graph's init."""
-    return msg.ts_ns if isinstance(msg, CommGraph) else msg.begin_ns
+    """A message's time on ``fabric.phases``: a phase's first call, a graph's init, the first
+    timed call."""
+    return msg.begin_ns if isinstance(msg, Phase) else msg.ts_ns

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from fabricwatch.storage.job_tables import collective_calls, comm_graph, phases
 from fabricwatch.storage.schema import (
     DDL,
     METRICS_V1,
@@ -19,10 +20,8 @@ from fabricwatch.storage.schema import (
     anomalies_latest,
     anomaly_caused_by,
     anomaly_events,
-    comm_graph,
     device_latest,
     metrics_v4,
-    phases,
     rates_raw,
     rollup_table,
     rollup_v1,
@@ -57,6 +56,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "link health, drops, PG watermarks and PFC watchdog metrics", metrics_v4),
     Migration(5, "comm_edges, comm_ranks: each job's communication graph", comm_graph),
     Migration(6, "anomalies: caused_by, the incident that causes this one", anomaly_caused_by),
+    Migration(
+        7, "collective_calls: each timed collective call of a job, with its bandwidths", collective_calls
+    ),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 
@@ -86,7 +88,7 @@ def current_ddl(dialect: Dialect, opts: SchemaOptions) -> list[str]:
     out = rates_raw(g)
     for name in ROLLUPS:
         out += [*rollup_table(g, name, name), rollup_view(g, name)]
-    tail = phases(g) + topology(g) + anomalies_latest(g) + comm_graph(g)
+    tail = phases(g) + topology(g) + anomalies_latest(g) + comm_graph(g) + collective_calls(g)
     return out + device_latest(g) + anomaly_events(g) + tail
 
 

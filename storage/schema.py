@@ -484,68 +484,6 @@ def anomaly_caused_by(g: DDL) -> list[str]:
     return [*out, drop, g.view("anomalies_latest_mv", "anomalies_latest", select)]
 
 
-def phases(g: DDL) -> list[str]:
-    d = g.d
-    cols = [
-        f"job {d.lc()}",
-        "comm String",
-        f"op {d.lc()}",
-        f"begin {d.time_ms()}",
-        f"end Nullable({d.time_ms()})",
-        "begin_ns UInt64",
-        "end_ns UInt64",
-        "bytes UInt64",
-        "hosts Array(String)",
-        "root_rank Nullable(Int32)",
-        "source String",
-    ]
-    return g.table(
-        "phases",
-        cols,
-        "ReplacingMergeTree",
-        "job, comm, op, begin_ns",
-        "toDate(begin)",
-        version="end_ns",
-        shard_key="cityHash64(job)",
-    )
-
-
-def comm_graph(g: DDL) -> list[str]:
-    """Each job's communication graph (``CommGraph``): its connections as each host reported them,
-    and which host each rank is on (from the graphs and the phases). A graph or phase stored twice
-    merges away (ReplacingMergeTree on the whole identity); readers take DISTINCT rows."""
-    d = g.d
-    head = [f"job {d.lc()}", "comm String"]
-    edges = g.table(
-        "comm_edges",
-        [
-            *head,
-            f"host {d.lc()}",
-            "ts_ns UInt64",
-            "src_rank UInt32",
-            "dst_rank UInt32",
-            "channel UInt16",
-            "conn UInt16",
-            f"side {d.lc()}",
-            f"transport {d.lc()}",
-            "nic String",
-        ],
-        "ReplacingMergeTree",
-        "job, comm, host, src_rank, dst_rank, channel, conn, side",
-        version="ts_ns",
-        shard_key="cityHash64(job)",
-    )
-    ranks = g.table(
-        "comm_ranks",
-        [*head, "rank UInt32", "host String", "ts_ns UInt64"],
-        "ReplacingMergeTree",
-        "job, comm, rank",
-        version="ts_ns",
-        shard_key="cityHash64(job)",
-    )
-    return edges + ranks
-
-
 def topology(g: DDL) -> list[str]:
     """One row per element per topology snapshot (``topo_ns`` its time): the current fabric is the
     rows of ``max(topo_ns)``, and a removed link disappears with the next snapshot."""

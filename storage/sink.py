@@ -29,6 +29,7 @@ import numpy as np
 from fabricwatch.schemas.messages import (
     PORT_RATE_COLUMNS,
     Anomaly,
+    Collectives,
     CommGraph,
     Phase,
     PortRates,
@@ -39,6 +40,7 @@ from fabricwatch.storage.backends import Labels, StoreError, lit
 from fabricwatch.storage.columns import (
     Interner,
     anomaly_columns,
+    call_columns,
     edge_columns,
     phase_columns,
     rank_columns,
@@ -61,6 +63,7 @@ class SinkStats:
     rate_rows_skipped: int = 0
     anomalies: int = 0
     phases: int = 0
+    collective_calls: int = 0
     graph_edges: int = 0
     topologies: int = 0
     duplicates_skipped: int = 0
@@ -101,6 +104,7 @@ class Sink:
         self._rates = _RatesBuffer()
         self._anomalies: list[Anomaly] = []
         self._phases: list[Phase] = []
+        self._calls: list[Collectives] = []
         self._graphs: list[CommGraph] = []
         self._ranks: list[tuple[str, str, int, str, int]] = []
         self._ranks_seen: set[tuple[str, str, int, str]] = set()
@@ -113,7 +117,7 @@ class Sink:
 
     # --- buffering -------------------------------------------------------------------------------
 
-    def add(self, msg: PortRates | RatesBatch | Anomaly | Phase | CommGraph | Topology) -> None:
+    def add(self, msg: PortRates | RatesBatch | Anomaly | Phase | CommGraph | Collectives | Topology) -> None:
         """Any message the store keeps, to its table."""
         if isinstance(msg, PortRates):
             self.add_rates(msg)
@@ -125,6 +129,8 @@ class Sink:
             self.add_phase(msg)
         elif isinstance(msg, CommGraph):
             self.add_graph(msg)
+        elif isinstance(msg, Collectives):
+            self.add_calls(msg)
         else:
             self.add_topology(msg)
 
@@ -159,6 +165,11 @@ class Sink:
         self._add_ranks(msg.job, msg.comm, msg.rank_hosts, msg.ts_ns)
         self._touch()
 
+    def add_calls(self, msg: Collectives) -> None:
+        self._calls.append(msg)
+        self._add_ranks(msg.job, msg.comm, msg.rank_hosts, msg.ts_ns)
+        self._touch()
+
     def _add_ranks(self, job: str, comm: str, rank_hosts: dict[int, str], ts_ns: int) -> None:
         if len(self._ranks_seen) > RANKS_REMEMBERED:
             self._ranks_seen.clear()
@@ -174,7 +185,7 @@ class Sink:
 
     @property
     def pending_rows(self) -> int:
-        graphs = len(self._graphs) + len(self._ranks)
+        graphs = len(self._graphs) + len(self._ranks) + sum(len(m.calls) for m in self._calls)
         return self._rates.rows + len(self._anomalies) + len(self._phases) + graphs + len(self._topologies)
 
     def due(self) -> bool:
@@ -224,6 +235,8 @@ class Sink:
                 self._phases = []
             if self._graphs or self._ranks:
                 self._insert_graphs()
+            if self._calls:
+                self._insert_calls()
             if self._rates.messages:
                 self._insert_rates()
                 self._rates = _RatesBuffer()
@@ -242,7 +255,7 @@ class Sink:
         """Drop what is buffered (its records were not committed: another consumer reads them)."""
         self._rates = _RatesBuffer()
         self._anomalies, self._phases, self._topologies = [], [], []
-        self._graphs, self._ranks = [], []
+        self._graphs, self._ranks, self._calls = [], [], []
         self._ranks_seen.clear()
         self._first_at = None
 
@@ -374,6 +387,12 @@ class Sink:
         if self._ranks:
             self.store.backend.insert(self.store.table("comm_ranks"), rank_columns(self._ranks))
             self._ranks = []
+
+    def _insert_calls(self) -> None:
+        """Calls as they come, like edges: the table merges a call stored twice."""
+        self.store.backend.insert(self.store.table("collective_calls"), call_columns(self._calls))
+        self.stats.collective_calls += sum(len(m.calls) for m in self._calls)
+        self._calls = []
 
     def _insert_topologies(self) -> None:
         times = ", ".join(str(t.ts_ns) for t in self._topologies)

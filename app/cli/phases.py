@@ -79,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--gap must be between 0 and 60 seconds")
     source = "nccl-log" if args.mode == "import" else f"nccl-log:{socket.gethostname()}"
     warn = _log if args.mode == "collect" else _say
-    readers = JobReaders(args.job, args.gap, source, warn, args.mode == "collect")
+    importing = args.mode == "import"
+    readers = JobReaders(args.job, args.gap, source, warn, not importing, defer=importing)
     if args.mode == "import":
         failed = nccl_logs.import_files(args.files, readers, args.out, warn, args.host)
         print(nccl_logs.summary(readers, args.out))

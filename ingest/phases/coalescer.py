@@ -54,7 +54,8 @@ class PhaseCoalescer:
         self.stats = CoalescerStats()
         self._gap_ns = int(gap_s * 1e9)
         self._max_ns = int(max_s * 1e9)
-        self._comms: dict[tuple[str, int, str], tuple[str, int]] = {}
+        self.comms: dict[tuple[str, int, str], CommInit] = {}
+        """Each process's ``comm`` pointer, by (host, pid, pointer): the communicator it is a rank of."""
         self._open: dict[tuple[str, str], _Open] = {}
         self.step: int | None = None
         """The training step the job said it is in (``fabricwatch.phases.step``): a phase that
@@ -62,7 +63,7 @@ class PhaseCoalescer:
 
     def init(self, info: CommInit) -> None:
         """A process's ``comm`` pointer is rank ``info.rank`` of communicator ``info.comm_id``."""
-        self._comms[(info.host, info.pid, info.comm)] = (info.comm_id, info.rank)
+        self.comms[(info.host, info.pid, info.comm)] = info
 
     def call(self, c: CollCall, read_ns: int) -> list[Phase]:
         return self._add(c, c.ts_ns if c.ts_ns is not None else read_ns, c.bytes, c.n)
@@ -87,7 +88,8 @@ class PhaseCoalescer:
 
     def _add(self, c: CollCall, ts: int, nbytes: int, count: int) -> list[Phase]:
         self.stats.calls += count
-        comm_id, rank = self._comms.get((c.host, c.pid, c.comm), (f"{c.host}:{c.pid}:{c.comm}", None))
+        init = self.comms.get((c.host, c.pid, c.comm))
+        comm_id, rank = (init.comm_id, init.rank) if init else (f"{c.host}:{c.pid}:{c.comm}", None)
         key = (comm_id, c.op)
         closed = []
         current = self._open.get(key)

@@ -12,7 +12,13 @@ the same calls as NCCL's log lines (``nccl_log.CollCall``), so one coalescer mak
   ``time_created_ns``, sizes and dtypes). Its pickled form is refused: unpickling runs code.
 
 Kineto traces and Flight Recorder dumps do not name the host: the caller says it (``host``).
-The Inspector's Prometheus output carries no time per collective, so it cannot be placed.
+
+Refused by name, each with why: the Inspector's Prometheus output (no time per collective); the NCCL
+example profiler plugin's trace (``plugins/profiler/example``: its times count from the plugin's
+start in each process, not the wall clock, so nothing in it can be placed beside the fabric's
+counters); an nccl-tests run (``nccl_tests``: a benchmark, not a job; what it measured is said);
+the Flight Recorder's pickled dump (unpickling runs code); JSON of any other shape (its keys are
+named).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from fabricwatch.ingest.phases import nccl_tests
 from fabricwatch.ingest.phases.nccl_log import KNOWN_OPS, CollCall, CommInit
 
 _TORCH_OPS = {
@@ -70,9 +77,23 @@ class FormatError(ValueError):
     """A file that is none of the formats, or one that cannot be placed in time."""
 
 
+_PROFILER_EVENT = re.compile(
+    r'"cat":\s*"(?:GROUP_API|COLL_API|COLL|P2P_API|P2P|KERNEL_LAUNCH|GROUP|PROXY|NET|GPU)",\s*"ph":\s*"[be]"'
+)
+"""An event of NCCL's example profiler plugin (``print_event.cc``): begin/end pairs of its categories."""
+UPPER_BOUND = frozenset({"flight-recorder"})
+"""Formats whose durations include the wait before a call started (created to completed)."""
+
+
 def detect(text: str) -> str:
-    """``nccl-log``, ``inspector``, ``kineto``, ``flight-recorder`` or ``inspector-prometheus``."""
-    if text.lstrip()[:1] != "{":  # every JSON format here is objects; a log line may start with "["
+    """``nccl-log``, ``inspector``, ``kineto``, ``flight-recorder``, ``inspector-prometheus``,
+    ``nccl-profiler`` or ``nccl-tests``."""
+    head = text.lstrip()
+    if _PROFILER_EVENT.search(text[:65536]) and '"traceEvents"' not in text[:65536]:
+        return "nccl-profiler"  # as the plugin writes it: a JSON array, not always valid JSON
+    if head[:1] != "{" and not re.match(r"\[\s*[{\]]", head):  # a log line may start with "["
+        if nccl_tests.looks_like(text):
+            return "nccl-tests"
         if re.search(r"^nccl_\w+\{", text, re.MULTILINE):
             return "inspector-prometheus"
         return "nccl-log"
@@ -80,7 +101,7 @@ def detect(text: str) -> str:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         if exc.msg == "Extra data":
-            return "inspector"  # one JSON object per line
+            return _json_lines(text)
         raise FormatError(f"not valid JSON: {exc}") from None
     except RecursionError:
         raise FormatError("not valid JSON: nested too deeply") from None
@@ -90,13 +111,33 @@ def detect(text: str) -> str:
         return "flight-recorder"
     if isinstance(doc, dict) and "coll_perf" in doc:
         return "inspector"
-    raise FormatError("JSON that is none of: NCCL Inspector output, a Kineto trace, a Flight Recorder dump")
+    raise FormatError(f"{_shape(doc)}: none of NCCL Inspector output, a Kineto trace, a Flight Recorder dump")
+
+
+def _json_lines(text: str) -> str:
+    """One JSON object per line: the Inspector's, if its first object is one."""
+    first, _ = json.JSONDecoder().raw_decode(text.lstrip())
+    if isinstance(first, dict) and ("coll_perf" in first or "p2p_perf" in first):
+        return "inspector"
+    raise FormatError(
+        f"JSON lines of {_shape(first)}: not the NCCL Inspector's (header, metadata, coll_perf)"
+    )
+
+
+def _shape(doc: object) -> str:
+    """What a JSON document that is none of ours holds, to say so."""
+    if isinstance(doc, dict):
+        keys = sorted(doc)
+        return f"a JSON object with keys {', '.join(keys[:8])}{', ...' if len(keys) > 8 else ''}"
+    if isinstance(doc, list):
+        return f"a JSON array of {len(doc)} items"
+    return f"a JSON {type(doc).__name__}"
 
 
 def records(kind: str, text: str, host: str | None, skipped: list[str]) -> Iterator[CollCall | CommInit]:
     """The calls (and the communicators they belong to) of a file of ``kind`` (``detect``). A record
     of a collective fabricwatch has no name for is left out and described in ``skipped``."""
-    found = _records(kind, text, host)
+    found = _records(kind, text, host, skipped)
     for rec in found:
         if isinstance(rec, CollCall) and rec.op not in KNOWN_OPS:
             skipped.append(f"collective {rec.op!r} is not one fabricwatch knows")
@@ -104,12 +145,24 @@ def records(kind: str, text: str, host: str | None, skipped: list[str]) -> Itera
         yield rec
 
 
-def _records(kind: str, text: str, host: str | None) -> Iterator[CollCall | CommInit]:
+def _records(kind: str, text: str, host: str | None, skipped: list[str]) -> Iterator[CollCall | CommInit]:
     if kind == "inspector":
-        return _inspector(text)
+        return _inspector(text, skipped)
     if kind == "inspector-prometheus":
         raise FormatError(
             "the NCCL Inspector's Prometheus output has no time per collective; import its JSON output"
+        )
+    if kind == "nccl-profiler":
+        raise FormatError(
+            "a trace of NCCL's example profiler plugin: its times count from the plugin's start in "
+            "each process, not the wall clock, so its collectives cannot be placed beside the "
+            "fabric's counters; import the NCCL Inspector's JSON output (plugins/profiler/inspector), "
+            "whose records carry their time"
+        )
+    if kind == "nccl-tests":
+        raise FormatError(
+            f"{nccl_tests.parse(text).describe()}: a benchmark's table has no time per row and is "
+            "not a job's collectives; nothing imported"
         )
     if host is None:
         raise FormatError(f"a {kind} file does not name its host: give --host")
@@ -117,7 +170,10 @@ def _records(kind: str, text: str, host: str | None) -> Iterator[CollCall | Comm
     return _kineto(doc, host) if kind == "kineto" else _flight_recorder(doc, host)
 
 
-def _inspector(text: str) -> Iterator[CollCall | CommInit]:
+def _inspector(text: str, skipped: list[str]) -> Iterator[CollCall | CommInit]:
+    """The Inspector's records, one JSON object per line (its README pretty-prints them; both
+    are read). A record that cannot be read costs only itself, described in ``skipped``; a
+    point-to-point one (``p2p_perf``) is not a collective and is left out the same way."""
     decoder = json.JSONDecoder()
     at, end = 0, len(text)
     while True:
@@ -125,7 +181,14 @@ def _inspector(text: str) -> Iterator[CollCall | CommInit]:
             at += 1
         if at >= end:
             return
-        obj, at = decoder.raw_decode(text, at)
+        try:
+            obj, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError as exc:
+            skipped.append(f"an Inspector file that stops being JSON at character {at}: {exc.msg}")
+            return
+        if isinstance(obj, dict) and "p2p_perf" in obj and "coll_perf" not in obj:
+            skipped.append("an Inspector p2p_perf record: point-to-point, not a collective")
+            continue
         try:
             header, meta, perf = obj["header"], obj["metadata"], obj["coll_perf"]
             host, pid, comm = str(meta["hostname"]), int(meta["pid"]), str(header["id"])
@@ -134,10 +197,13 @@ def _inspector(text: str) -> Iterator[CollCall | CommInit]:
             start_us = (perf.get("event_trace_ts") or {}).get("coll_start_ts")
             begin = _ns(start_us) if start_us is not None else _ns(meta["dump_timestamp_us"]) - exec_ns
             nranks = int(header["n_ranks"])
-            yield CommInit(host, pid, comm, int(header["rank"]), nranks, comm)
-            yield _call(host, pid, comm, op, int(perf["coll_msg_size_bytes"]), nranks, begin, exec_ns)
+            init = CommInit(host, pid, comm, int(header["rank"]), nranks, comm)
+            call = _call(host, pid, comm, op, int(perf["coll_msg_size_bytes"]), nranks, begin, exec_ns)
         except (KeyError, TypeError, ValueError) as exc:
-            raise FormatError(f"an Inspector record without {exc}") from None
+            skipped.append(f"an Inspector record without a readable {exc}")
+            continue
+        yield init
+        yield call
 
 
 def _kineto(doc: dict[str, Any], host: str) -> Iterator[CollCall | CommInit]:

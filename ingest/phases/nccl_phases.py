@@ -6,6 +6,11 @@ One bad line costs only itself: a COLL line cut short, one of a layout this buil
 datatype past NCCL's, bytes that are not UTF-8. Untimed lines are stamped with the time they were
 read when reading live; when importing a finished log, that time means nothing, so untimed calls
 are counted and left out (``stamp_untimed=False``) and the user is told how to log the time.
+
+A finished job's records come a file per rank (or per process), each spanning the whole run: read
+one after another, the second file's first calls would join the first file's last phase and
+stretch it over the run. So an import defers its calls (``defer=True``) and coalesces them in time
+order when it closes, and keeps each timed call (``timings``) for the job's metrics.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from fabricwatch.ingest.phases.nccl_log import (
     parse_line,
     scan,
 )
+from fabricwatch.ingest.phases.timings import timed_messages
 from fabricwatch.schemas.messages import PhaseMessage
 
 UNTIMED = (
@@ -40,9 +46,15 @@ UNTIMED = (
 @dataclass
 class ReadStats:
     lines: int = 0
+    records: int = 0
+    """Records of the formats other than NCCL's log (``formats``), each a call."""
     calls: int = 0
     inits: int = 0
     untimed: int = 0
+    timed: int = 0
+    """Calls kept with their own duration (``Collectives``)."""
+    unbound: int = 0
+    """Timed calls of a process that never said which communicator and rank it is."""
     problems: dict[str, int] = field(default_factory=dict)
 
 
@@ -57,8 +69,13 @@ class NcclPhaseReader:
         stamp_untimed: bool = True,
         stats: ReadStats | None = None,
         said: set[str] | None = None,
+        defer: bool = False,
+        upper_bound: bool = False,
     ) -> None:
         self.coalescer = coalescer
+        self.upper_bound = upper_bound
+        """Its records' durations include the wait to start (``Collectives.upper_bound``)."""
+        self._deferred: list[CollCall] | None = [] if defer else None
         self.graph = GraphBuilder(coalescer.job, coalescer.source)
         self.stats = stats if stats is not None else ReadStats()
         self._warn = warn
@@ -92,6 +109,9 @@ class NcclPhaseReader:
         if parsed.ts_ns is None and not self._stamp_untimed:
             self._untimed(1)
             return []
+        if self._deferred is not None:
+            self._deferred.append(parsed)
+            return []
         return self.coalescer.call(parsed, now)
 
     def chunk(self, text: str, read_ns: int | None = None) -> Sequence[PhaseMessage]:
@@ -113,6 +133,9 @@ class NcclPhaseReader:
             if len(timed) < len(calls):
                 self._untimed(sum(c.n for c in calls if c.ts_ns is None))
             calls = timed
+        if self._deferred is not None:
+            self._deferred += calls
+            return []
         return self.coalescer.calls(calls, read_ns if read_ns is not None else time.time_ns())
 
     @staticmethod
@@ -126,10 +149,13 @@ class NcclPhaseReader:
     def record(self, rec: CollCall | CommInit) -> Sequence[PhaseMessage]:
         """A call or a communicator from another record of the job (``phase_formats``), timed."""
         if isinstance(rec, CommInit):
-            self.stats.inits += 1
             self.coalescer.init(rec)
             return []
+        self.stats.records += 1
         self.stats.calls += rec.n
+        if self._deferred is not None:
+            self._deferred.append(rec)
+            return []
         return self.coalescer.call(rec, rec.ts_ns or 0)
 
     def problem(self, kind: str, text: str) -> None:
@@ -141,7 +167,19 @@ class NcclPhaseReader:
         return [*self.graph.due(now_ns), *self.coalescer.due(now_ns)]
 
     def close_all(self) -> list[PhaseMessage]:
-        return [*self.graph.close_all(), *self.coalescer.close_all()]
+        """Every graph and phase still open; a deferring reader's phases, made in time order, and
+        its timed calls."""
+        out: list[PhaseMessage] = [*self.graph.close_all()]
+        if self._deferred:
+            calls, self._deferred = sorted(self._deferred, key=lambda c: c.ts_ns or 0), []
+            out += self.coalescer.calls(calls, 0)
+            timed, unbound = timed_messages(
+                self.coalescer.job, self.coalescer.source, calls, self.coalescer.comms, self.upper_bound
+            )
+            self.stats.timed += sum(len(m.calls) for m in timed)
+            self.stats.unbound += unbound
+            out += timed
+        return [*out, *self.coalescer.close_all()]
 
     def _untimed(self, n: int) -> None:
         self.stats.untimed += n
@@ -168,12 +206,13 @@ class JobReaders:
         source: str,
         warn: Callable[[str], None],
         stamp_untimed: bool,
+        defer: bool = False,
     ) -> None:
         self.stats = ReadStats()
         self._job, self._gap_s, self._source = job, gap_s, source
-        self._warn, self._stamp_untimed = warn, stamp_untimed
+        self._warn, self._stamp_untimed, self._defer = warn, stamp_untimed, defer
         self._said: set[str] = set()
-        self._readers: dict[str, NcclPhaseReader] = {}
+        self._readers: dict[tuple[str, str], NcclPhaseReader] = {}
 
     @property
     def phases(self) -> int:
@@ -189,13 +228,18 @@ class JobReaders:
             total.graphs += r.graph.stats.graphs
         return total
 
-    def reader(self, path: str) -> NcclPhaseReader:
+    def reader(self, path: str, source: str | None = None, upper_bound: bool = False) -> NcclPhaseReader:
+        """The reader of ``path``'s job for records of ``source`` (the format's name; by default
+        the NCCL log's): phases say which record they came from."""
         job = self._job or Path(path).parent.name
-        found = self._readers.get(job)
+        key = (job, source or self._source)
+        found = self._readers.get(key)
         if found is None:
-            coalescer = PhaseCoalescer(job, self._gap_s, self._source)
-            found = NcclPhaseReader(coalescer, self._warn, self._stamp_untimed, self.stats, self._said)
-            self._readers[job] = found
+            coalescer = PhaseCoalescer(job, self._gap_s, key[1])
+            found = NcclPhaseReader(
+                coalescer, self._warn, self._stamp_untimed, self.stats, self._said, self._defer, upper_bound
+            )
+            self._readers[key] = found
         return found
 
     def due(self, now_ns: int) -> list[PhaseMessage]:

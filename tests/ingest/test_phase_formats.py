@@ -6,15 +6,15 @@ tutorial's, in the JSON form the dump also has). Each gives the phase a hand cou
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
+from helpers.job_records import flight_recorder_json
 from helpers.paths import FIXTURES
 
 from fabricwatch.cli.main import main
 from fabricwatch.ingest.phases.formats import FormatError, detect, records
-from fabricwatch.schemas.messages import Phase, decode
+from fabricwatch.schemas.messages import Collectives, Phase, PhaseMessage, decode
 from fabricwatch.schemas.trace import TraceReader
 
 
@@ -32,22 +32,21 @@ def kineto(*fragments: str, **top: object) -> str:
     return json.dumps({**info, **top, "traceEvents": events})
 
 
-def flight_recorder_json() -> str:
-    """The tutorial's unpickled dump as the JSON form of the dump writes it: the tuple a list, the
-    tutorial's ``...`` (more entries left out) dropped."""
-    text = fixture("pytorch_flight_recorder_unpickled_dump_tutorial_example.txt")
-    text = text.replace('("0", "default_pg")', '["0", "default_pg"]')
-    text = re.sub(r",\s*\.\.\.\s*\]", "]", text)
-    return text
-
-
-def import_phases(tmp_path: Path, name: str, text: str, *extra: str) -> list[Phase]:
+def import_messages(tmp_path: Path, name: str, text: str, *extra: str) -> list[PhaseMessage]:
     src = tmp_path / name
     src.write_text(text)
     out = tmp_path / "phases.trace"
     assert main(["phases", "import", "--job", "bench", "--out", str(out), *extra, str(src)]) == 0
     with TraceReader(out) as reader:
-        return [decode(r.value(), Phase) for r in reader]
+        return [decode(r.value(), PhaseMessage) for r in reader]  # type: ignore[arg-type]
+
+
+def import_phases(tmp_path: Path, name: str, text: str, *extra: str) -> list[Phase]:
+    return [m for m in import_messages(tmp_path, name, text, *extra) if isinstance(m, Phase)]
+
+
+def timed(messages: list[PhaseMessage]) -> list[Collectives]:
+    return [m for m in messages if isinstance(m, Collectives)]
 
 
 def test_the_inspector_json_examples(tmp_path):

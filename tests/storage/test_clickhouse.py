@@ -11,6 +11,7 @@ import msgspec
 import numpy as np
 import pytest
 from helpers.comm_graphs import stored_gather
+from helpers.job_records import inspector_example_calls, inspector_examples
 from helpers.paths import DOCS
 
 from fabricwatch.local.broker import free_port
@@ -201,8 +202,8 @@ def test_an_older_schema_is_upgraded_in_place(store_target, fabric_stream):
         v1 = [m for m in fabric_stream[:half] if not isinstance(m, CommGraph)]  # graphs came with v5
         with Sink(store) as sink:
             feed(sink, [*v1, *(m for m in fabric_stream[half:] if isinstance(m, Anomaly))])
-        assert store.apply_schema() == [2, 3, 4, 5, 6]
-        assert store.schema_version() == 6
+        assert store.apply_schema() == [2, 3, 4, 5, 6, 7]
+        assert store.schema_version() == 7
         # the new table was backfilled from the events stored before the upgrade
         latest = store.query("SELECT fingerprint, status FROM anomalies_latest FINAL ORDER BY fingerprint")
         assert len(latest) == len({a.fingerprint for a in events})
@@ -218,7 +219,7 @@ def test_an_older_schema_is_upgraded_in_place(store_target, fabric_stream):
         leftovers = (
             {r[0] for r in store.query("SHOW TABLES")}
             - tables
-            - {"anomalies_latest", "anomalies_latest_mv", "comm_edges", "comm_ranks"}
+            - {"anomalies_latest", "anomalies_latest_mv", "comm_edges", "comm_ranks", "collective_calls"}
         )
         assert leftovers == set()
         with pytest.raises(ValueError, match="newer than 1"):
@@ -392,6 +393,28 @@ def test_phases_and_topology(store_target, fabric_stream):
         assert phase == [("j1", "AllToAll", 10**18 + 5, ["h1", "h2"])]
 
 
+def test_timed_collective_calls_are_stored_with_the_bandwidths_the_inspector_computed(store_target):
+    """The NCCL Inspector README's two records (an AllReduce and a ReduceScatter over 8 ranks) as
+    timed calls, sent twice (a re-read after a restart): stored once each, with the algorithm and
+    bus bandwidth the Inspector itself printed for them."""
+    records = inspector_examples()
+    batches = inspector_example_calls("llm-a", 1_748_030_377_000_000_000)
+    with Store.open(store_target) as store:
+        with Sink(store) as sink:
+            feed(sink, batches + batches)
+        rows = store.query(
+            "SELECT DISTINCT op, rank, host, bytes, size_bucket, algbw, busbw FROM collective_calls "
+            "ORDER BY op"
+        )
+    assert [r[:5] for r in rows] == [
+        ("AllReduce", 2, "example-hostname", 17179869184, 1 << 34),
+        ("ReduceScatter", 4, "example-hostname", 2147483648, 1 << 31),
+    ]
+    for row, rec in zip(rows, records, strict=True):
+        assert row[5] == pytest.approx(rec["coll_perf"]["coll_algobw_gbs"], abs=1e-6)
+        assert row[6] == pytest.approx(rec["coll_perf"]["coll_busbw_gbs"], abs=1e-6)
+
+
 def test_communication_graphs_give_each_job_s_host_pairs(store_target):
     """The real nccl-tests#350 job's graphs (one host's sent twice, as after a restart) are stored
     and joined into host pairs, each connection once, on chdb and on the old server alike; the
@@ -525,7 +548,8 @@ def test_the_documented_queries_run_on_both_backends(store_target, fabric_stream
     assert len(queries) >= 3
     with Store.open(store_target) as store:
         with Sink(store) as sink:
-            feed(sink, [*fabric_stream, *stored_gather(10**18)])  # the demo has no NCCL INIT lines
+            # the demo has no NCCL INIT lines, nor timed calls
+            feed(sink, [*fabric_stream, *stored_gather(10**18), *inspector_example_calls("llm-a", 10**18)])
         device = next(
             m.device for m in fabric_stream if isinstance(m, PortRates) and m.device_kind == "switch"
         )

@@ -1,0 +1,101 @@
+"""The tables of jobs' records: their phases (``Phase``), their timed collective calls
+(``Collectives``) and their communication graphs (``CommGraph``), sharded by job."""
+
+from __future__ import annotations
+
+from fabricwatch.storage.schema import DDL
+
+
+def phases(g: DDL) -> list[str]:
+    d = g.d
+    cols = [
+        f"job {d.lc()}",
+        "comm String",
+        f"op {d.lc()}",
+        f"begin {d.time_ms()}",
+        f"end Nullable({d.time_ms()})",
+        "begin_ns UInt64",
+        "end_ns UInt64",
+        "bytes UInt64",
+        "hosts Array(String)",
+        "root_rank Nullable(Int32)",
+        "source String",
+    ]
+    return g.table(
+        "phases",
+        cols,
+        "ReplacingMergeTree",
+        "job, comm, op, begin_ns",
+        "toDate(begin)",
+        version="end_ns",
+        shard_key="cityHash64(job)",
+    )
+
+
+def collective_calls(g: DDL) -> list[str]:
+    """Each timed collective call of a job (``Collectives``), with its bandwidths as nccl-tests
+    defines them (``detectors/job_metrics.py``): what the job-timeline dashboard plots and job
+    metrics are computed over. A call stored twice merges away (ReplacingMergeTree on its
+    identity); readers take DISTINCT rows or FINAL."""
+    d = g.d
+    cols = [
+        f"job {d.lc()}",
+        "comm String",
+        f"op {d.lc()}",
+        "rank UInt32",
+        "host String",
+        f"begin {d.time_ms()}",
+        "begin_ns UInt64",
+        "dur_ns UInt64",
+        "bytes UInt64",
+        "size_bucket UInt64",
+        "nranks UInt32",
+        "algbw Float64",
+        "busbw Float64",
+        f"source {d.lc()}",
+        "upper_bound UInt8",
+    ]
+    return g.table(
+        "collective_calls",
+        cols,
+        "ReplacingMergeTree",
+        "job, comm, op, rank, begin_ns",
+        "toDate(begin)",
+        shard_key="cityHash64(job)",
+    )
+
+
+def comm_graph(g: DDL) -> list[str]:
+    """Each job's communication graph (``CommGraph``): its connections as each host reported them,
+    and which host each rank is on (from the graphs and the phases). A graph or phase stored twice
+    merges away (ReplacingMergeTree on the whole identity); readers take DISTINCT rows."""
+    d = g.d
+    head = [f"job {d.lc()}", "comm String"]
+    edges = g.table(
+        "comm_edges",
+        [
+            *head,
+            f"host {d.lc()}",
+            "ts_ns UInt64",
+            "src_rank UInt32",
+            "dst_rank UInt32",
+            "channel UInt16",
+            "conn UInt16",
+            f"side {d.lc()}",
+            f"transport {d.lc()}",
+            "nic String",
+        ],
+        "ReplacingMergeTree",
+        "job, comm, host, src_rank, dst_rank, channel, conn, side",
+        version="ts_ns",
+        shard_key="cityHash64(job)",
+    )
+    ranks = g.table(
+        "comm_ranks",
+        [*head, "rank UInt32", "host String", "ts_ns UInt64"],
+        "ReplacingMergeTree",
+        "job, comm, rank",
+        version="ts_ns",
+        shard_key="cityHash64(job)",
+    )
+    return edges + ranks

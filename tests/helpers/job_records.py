@@ -1,0 +1,52 @@
+"""Real records of jobs' collectives shaped as their tools write them, for the import tests."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from fabricwatch.schemas.messages import Collectives, Timed
+from helpers.paths import FIXTURES
+
+INSPECTOR_EXAMPLES = (
+    "nccl_inspector_output_readme_example.json",
+    "nccl_inspector_output_verbose_readme_example.json",
+)
+
+
+def flight_recorder_json() -> str:
+    """The PyTorch tutorial's unpickled Flight Recorder dump as the JSON form of the dump writes it:
+    the tuple a list, the tutorial's ``...`` (more entries left out) dropped."""
+    text = (FIXTURES / "pytorch_flight_recorder_unpickled_dump_tutorial_example.txt").read_text()
+    text = text.replace('("0", "default_pg")', '["0", "default_pg"]')
+    return re.sub(r",\s*\.\.\.\s*\]", "]", text)
+
+
+def inspector_examples() -> list[dict]:
+    """The NCCL Inspector README's two records: an AllReduce and a ReduceScatter over 8 ranks, with
+    the bandwidths the Inspector computed for them."""
+    return [json.loads((FIXTURES / name).read_text()) for name in INSPECTOR_EXAMPLES]
+
+
+def inspector_example_calls(job: str, t0: int) -> list[Collectives]:
+    """The README's records as timed calls of ``job``, the first at ``t0``."""
+    return [
+        Collectives(
+            job=job,
+            comm=r["header"]["id"],
+            nranks=r["header"]["n_ranks"],
+            ts_ns=t0 + i,
+            calls=[
+                Timed(
+                    r["coll_perf"]["coll"],
+                    r["header"]["rank"],
+                    r["coll_perf"]["coll_msg_size_bytes"],
+                    t0 + i,
+                    r["coll_perf"]["coll_exec_time_us"] * 1000,
+                )
+            ],
+            rank_hosts={r["header"]["rank"]: r["metadata"]["hostname"]},
+            source="inspector",
+        )
+        for i, r in enumerate(inspector_examples())
+    ]
