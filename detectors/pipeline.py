@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from fabricwatch.detectors.clock import ClockGuard
 from fabricwatch.detectors.config import DetectorConfig
+from fabricwatch.detectors.job_stage import JobStage
 from fabricwatch.detectors.outliers import OutlierStage
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.detectors.registry import REGISTRY, Registry
@@ -78,6 +79,7 @@ class Pipeline:
     def __post_init__(self) -> None:
         self.stage1 = Stage1(self.config, self.outliers, self.registry)
         self.stage2 = Stage2(self.config, self.tick_s, self.registry)
+        self.jobs = JobStage(self.config, self.registry)
         self.topology = TopologyView()
         self.clock: ClockGuard[tuple[str, Snapshot]] = ClockGuard()
 
@@ -143,6 +145,10 @@ class Pipeline:
                 self.stage2.on_symptom(s)
         elif isinstance(msg, (Phase, CommGraph, Collectives)):
             self.stage2.on_phase(msg)
+            if isinstance(msg, Collectives):
+                self.jobs.on_collectives(msg)
+            elif isinstance(msg, Phase):
+                self.jobs.on_phase(msg)
             if self.on_context is not None:
                 self.on_context(msg)
         elif isinstance(msg, Topology):
@@ -164,6 +170,8 @@ class Pipeline:
         for s in held:
             self.stage2.on_symptom(s)
         anomalies = self.stage2.evaluate(now_ns)
+        self.jobs.on_fabric(anomalies)
+        anomalies += self.jobs.evaluate(now_ns)
         self.stats.anomalies += len(anomalies)
         return anomalies
 

@@ -21,6 +21,8 @@ from fabricwatch.detectors import (
     ecmp,
     host_bound,
     incast,
+    job_hangs,
+    job_slowdown,
     link_degrading,
     link_errors,
     link_speed,
@@ -30,6 +32,7 @@ from fabricwatch.detectors import (
     pfc_storm,
     retransmissions,
     silence,
+    stragglers,
 )
 from fabricwatch.detectors.outliers import detector as outliers
 from fabricwatch.detectors.spec import Detector, IncidentKind, SymptomKind
@@ -52,6 +55,9 @@ DETECTORS: tuple[Detector, ...] = (
     host_bound.DETECTOR,
     outliers.DETECTOR,
     silence.DETECTOR,
+    job_slowdown.DETECTOR,
+    stragglers.DETECTOR,
+    job_hangs.DETECTOR,
 )
 """In the order stage 1 runs them on a device (the order of a poll's symptoms)."""
 

@@ -3,13 +3,16 @@ everything else reads them: stage 1 (which detectors run on which device, and wh
 skip), stage 2 (which symptom makes which incident, where it is rooted, what it says), the
 evaluation (which kinds are scored) and the report (names and colours).
 
-A detector is one or more of three shapes:
+A detector is one or more of four shapes:
 
 * a **device detector** (stage 1): ``make(config)`` builds one object per stage 1 that is given
   every poll of the devices of ``device_kinds`` (``update``) and returns symptoms;
 * a **symptom kind** it emits, which either makes (or joins) an incident of an ``IncidentKind`` and
   is rooted by its ``root`` rule (stage 2), or is evidence only, read by other incidents;
-* an **incident kind**, with its title, colour, hint, description and latency promise.
+* an **incident kind**, with its title, colour, hint, description and latency promise;
+* a **job detector** (the job stage, ``job_stage.py``): ``job(config)`` builds one object that is
+  given each communicator of each job (``check``) and returns its ``JobFinding``s, which the job
+  stage turns into incidents of the detector's kinds, joined to the fabric's.
 
 Kinds are data: ``Anomaly.kind`` is a string, so a sink or an alerter one release older stores and
 delivers a kind it has never heard of.
@@ -26,6 +29,7 @@ import numpy as np
 
 from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
+from fabricwatch.detectors.job_calls import CommCalls
 from fabricwatch.detectors.jobs import JobAttribution
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.detectors.roots import Roots
@@ -63,6 +67,32 @@ class PacedDetector(DeviceDetector, Protocol):
 
     def next_due_ns(self, device: str) -> int | None:
         """When the device is next due; None before its first check."""
+        ...
+
+
+@dataclass(frozen=True)
+class JobFinding:
+    """What a job detector finds wrong with one communicator of a job, as of one check. The same
+    ``key`` from check to check is one incident; a finding no longer returned has cleared."""
+
+    kind: str
+    key: str
+    start_ns: int
+    severity: str
+    root: RootCause
+    """The host or rank to blame where the job's records point at one (a straggler), else the
+    job itself (``RootCause(job, group="job")``): a fabric cause, when one is found, is named by
+    ``caused_by``."""
+    summary: str
+    hint: str
+    evidence: dict[str, float | int | str]
+    hosts: tuple[str, ...] = ()
+    collective: str = ""
+
+
+class JobDetector(Protocol):
+    def check(self, comm: CommCalls, now_ns: int) -> list[JobFinding]:
+        """What is wrong with ``comm`` now (its occurrences completed so far, the time)."""
         ...
 
 
@@ -207,8 +237,16 @@ class Detector:
     detectors declare theirs has its calm polls skipped by the batch path; None: every poll."""
     config: tuple[str, type[msgspec.Struct]] | None = None
     """Its section of the ``detectors:`` config: key and struct (defaults when absent)."""
+    job: Callable[[Any], JobDetector] | None = None
+    """Builds, from the whole detector config, a job detector of the job stage."""
     paced: bool = False
     """A detector of slow faults whose signals never read zero on a healthy port (corrected FEC
     codewords on a PAM4 link, a negotiated speed, an optic's power): declaring them would end the
     calm-poll skip for every device. Its ``make`` builds a ``PacedDetector``, given a device's poll
     whenever it says the device is due (calm or not), and no other; its ``signals`` are ignored."""
+
+
+def by_the_job_stage(*_: object) -> None:
+    """The ``describe`` of a job detector's incident kinds: the job stage words them from its
+    findings; no symptom makes them in stage 2."""
+    raise TypeError("a job incident is described by the job stage, not from symptoms")

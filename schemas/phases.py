@@ -95,7 +95,7 @@ class CommGraph(msgspec.Struct, tag="comm_graph", tag_field="type", omit_default
                 )
 
 
-class Timed(msgspec.Struct, frozen=True, array_like=True):
+class Timed(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True):
     """One collective call of one rank with its own time: what a job's metrics are made of."""
 
     op: Operation
@@ -105,13 +105,16 @@ class Timed(msgspec.Struct, frozen=True, array_like=True):
     AllGather its send buffer, for a ReduceScatter its receive buffer."""
     begin_ns: int
     dur_ns: int
+    seq: int | None = None
+    """Which call of the communicator it is, where the record says (the Inspector's ``coll_sn``):
+    the ranks' records of one call, to tell which rank entered last."""
 
 
 class Collectives(msgspec.Struct, tag="collectives", tag_field="type", omit_defaults=True):
     """Collective calls of one communicator of a job, each with its own time and duration, as the
     job's records give them (the NCCL Inspector's, Kineto's kernels, the Flight Recorder's). A
     phase says who ran what when; these say how long each call took, which job metrics need
-    (``detectors/job_metrics.py``). A source that gives no duration (an NCCL log) sends none."""
+    (``schemas/bandwidth.py``). A source that gives no duration (an NCCL log) sends none."""
 
     job: str
     comm: str

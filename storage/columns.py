@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from fabricwatch.detectors.job_metrics import bandwidths, size_bucket
+from fabricwatch.schemas.bandwidth import bandwidths, size_bucket
 from fabricwatch.schemas.messages import Anomaly, Collectives, CommGraph, Phase, Topology
 
 

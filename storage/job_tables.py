@@ -34,7 +34,7 @@ def phases(g: DDL) -> list[str]:
 
 def collective_calls(g: DDL) -> list[str]:
     """Each timed collective call of a job (``Collectives``), with its bandwidths as nccl-tests
-    defines them (``detectors/job_metrics.py``): what the job-timeline dashboard plots and job
+    defines them (``schemas/bandwidth.py``): what the job-timeline dashboard plots and job
     metrics are computed over. A call stored twice merges away (ReplacingMergeTree on its
     identity); readers take DISTINCT rows or FINAL."""
     d = g.d

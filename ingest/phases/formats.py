@@ -198,7 +198,9 @@ def _inspector(text: str, skipped: list[str]) -> Iterator[CollCall | CommInit]:
             begin = _ns(start_us) if start_us is not None else _ns(meta["dump_timestamp_us"]) - exec_ns
             nranks = int(header["n_ranks"])
             init = CommInit(host, pid, comm, int(header["rank"]), nranks, comm)
-            call = _call(host, pid, comm, op, int(perf["coll_msg_size_bytes"]), nranks, begin, exec_ns)
+            size = int(perf["coll_msg_size_bytes"])
+            seq = int(perf["coll_sn"]) if "coll_sn" in perf else None
+            call = _call(host, pid, comm, op, size, nranks, begin, exec_ns, seq)
         except (KeyError, TypeError, ValueError) as exc:
             skipped.append(f"an Inspector record without a readable {exc}")
             continue
@@ -230,8 +232,18 @@ def _kineto(doc: dict[str, Any], host: str) -> Iterator[CollCall | CommInit]:
         yield _call(host, pid, comm, op, size, group, begin, _ns(k.get("dur", 0)))
 
 
-def _call(host: str, pid: int, comm: str, op: str, size: int, nranks: int, begin: int, dur: int) -> CollCall:
-    return CollCall(host, pid, comm, op, size, nranks, 0, begin, 1, max(dur, 0))
+def _call(
+    host: str,
+    pid: int,
+    comm: str,
+    op: str,
+    size: int,
+    nranks: int,
+    begin: int,
+    dur: int,
+    seq: int | None = None,
+) -> CollCall:
+    return CollCall(host, pid, comm, op, size, nranks, 0, begin, 1, max(dur, 0), seq)
 
 
 def _ns(us: Any) -> int:

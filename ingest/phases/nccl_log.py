@@ -124,6 +124,8 @@ class CollCall(NamedTuple):
     opCount, buffers and element count into one, their bytes summed."""
     dur_ns: int = 0
     """How long the call ran, where the record says (a profiler's kernel); a log line does not."""
+    seq: int | None = None
+    """Which call of the communicator it is, where the record says (the Inspector's ``coll_sn``)."""
 
 
 class CommInit(NamedTuple):

@@ -3,7 +3,7 @@ and its table of sizes, times and bandwidths.
 
 A benchmark is not a job: it has no time per row, so ``phases import`` does not make phases of it;
 it says what the run measured and checks its bus bandwidth against the definitions of
-``detectors/job_metrics.py`` (nccl-tests' ``doc/PERFORMANCE.md``), which job metrics share.
+``schemas/bandwidth.py`` (nccl-tests' ``doc/PERFORMANCE.md``), which job metrics share.
 
 Read as nccl-tests prints it (``src/common.cu``, ``src/util.cu``, 2.13 to 2.19): ``#`` header lines
 (``# Collective test starting: all_reduce_perf`` since mid-2025, ``#  Rank  0 Group  0 Pid ... on

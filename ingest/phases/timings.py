@@ -69,7 +69,7 @@ def _message(
         comm=comm,
         nranks=nranks,
         ts_ns=_begin(placed[0]),
-        calls=[Timed(c.op, i.rank, c.bytes, _begin((i, c)), c.dur_ns) for i, c in placed],  # type: ignore[arg-type]
+        calls=[Timed(c.op, i.rank, c.bytes, _begin((i, c)), c.dur_ns, c.seq) for i, c in placed],  # type: ignore[arg-type]
         rank_hosts=dict(sorted({i.rank: i.host for i, _ in placed}.items())),
         source=source,
         upper_bound=upper_bound,

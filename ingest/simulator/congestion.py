@@ -68,6 +68,7 @@ class FabricState:
     nic_seq_err: np.ndarray
     nic_ack_timeout: np.ndarray
     nic_pcie_stalled: np.ndarray  # share of seconds the NIC's PCIe transfers stall (host-bound)
+    flow_rate: np.ndarray  # bytes/s each flow gets through (its demand where nothing holds it back)
 
 
 def solve(fabric: Fabric, flows: Flows, active: list[tuple[Condition, int]]) -> FabricState:
@@ -173,6 +174,7 @@ def solve(fabric: Fabric, flows: Flows, active: list[tuple[Condition, int]]) -> 
         nic_seq_err=seq_err,
         nic_ack_timeout=seq_err * ACK_TIMEOUT_SHARE,
         nic_pcie_stalled=(host_bound > 0).astype(float),
+        flow_rate=rate,
     )
 
 

@@ -175,6 +175,15 @@ class NicSlowdown(_Fault, tag="nic_slowdown"):
     factor: float = 0.5
 
 
+class Straggler(_Fault, tag="straggler"):
+    """``host`` enters each of its job's timed calls ``delay`` seconds late (a slow GPU, a host
+    busy with something else): the other ranks wait for it. Nothing in the fabric changes."""
+
+    host: str
+    job: str
+    delay: float = 0.05
+
+
 class DeviceSilent(_Fault, tag="device_silent"):
     """``device`` (a NIC or a switch) is not read: its collector died, or the device hangs. The
     fabric itself is unchanged; only what is known of it."""
@@ -202,4 +211,5 @@ Fault = (
     | NicSlowdown
     | PcieCappedNic
     | DeviceSilent
+    | Straggler
 )

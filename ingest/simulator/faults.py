@@ -376,6 +376,11 @@ def _next_host(fabric: Fabric, host: str) -> int:
     return (fabric.hosts.index(host) + 1) % len(fabric.hosts)
 
 
+def _add_straggler(c: _Context, f: fault_kinds.Straggler, i: int, job: str, end: float) -> Label:
+    note = f"{f.host} enters each of {job}'s calls {f.delay * 1000:g} ms late"
+    return _label(c.sc, "job_straggler", f.start, end, RootCause(f.host), [job], note)
+
+
 _ADDERS = {
     fault_kinds.PfcStorm: _add_storm,
     fault_kinds.SwitchStall: _add_switch_stall,
@@ -396,4 +401,5 @@ _ADDERS = {
     fault_kinds.PcieCappedNic: _add_pcie_capped,
     fault_kinds.DeviceSilent: _add_silent,
     fault_kinds.LinkDown: _add_link_down,
+    fault_kinds.Straggler: _add_straggler,
 }

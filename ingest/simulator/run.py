@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fabricwatch.ingest.simulator.calls import call_timers, pace
 from fabricwatch.ingest.simulator.congestion import solve
 from fabricwatch.ingest.simulator.counters import (
     NIC_TABLE,
@@ -110,7 +111,9 @@ class _Simulation:
             np.int64
         )
         self.events = self._events()
-        self.cache: OrderedDict[tuple, Rates] = OrderedDict()
+        self.cache: OrderedDict[tuple, tuple[Rates, dict[int, float]]] = OrderedDict()
+        self.timers = call_timers(sc, activities)
+        """Activities with timed calls, by index: their pace is taken from each state."""
         phases = [a.phase for a in activities if a.phase]
         graphs = comm_graphs(fabric, activities)
         self.phases: list[PhaseMessage] = sorted([*graphs, *phases], key=_delivery)
@@ -201,9 +204,13 @@ class _Simulation:
         for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
             for event in self.events.get(a, ()):
                 self._apply(event)
-            self._integrate(self._state((a + b) / 2 / NS), (b - a) / NS)
+            state, paces = self._state((a + b) / 2 / NS)
+            self._integrate(state, (b - a) / NS)
+            for i, timer in self.timers.items():
+                timer.advance(a / NS, b / NS, paces.get(i, 1.0), self.sc.start_ns)
             if b % self.poll_ns == 0:
                 self._poll(writer, b)
+                self._calls_until(writer, b)
         self._flush(writer)
 
     def _apply(self, event: tuple[str, int, str, int]) -> None:
@@ -216,8 +223,9 @@ class _Simulation:
         device = self.devices[index]
         (self.nic_bank if device.kind == "nic" else self.sw_bank).reset(device.rows)
 
-    def _state(self, t: float) -> Rates:
-        """The solved fabric at time ``t`` (seconds), from the cache when this state was seen before."""
+    def _state(self, t: float) -> tuple[Rates, dict[int, float]]:
+        """The solved fabric at time ``t`` (seconds), from the cache when this state was seen before,
+        and the pace of each running activity with timed calls."""
         on = tuple(i for i, a in enumerate(self.activities) if a.on_at(t))
         stages = tuple((j, s) for j, c in enumerate(self.plan.conditions) if (s := c.stage_at(t)) is not None)
         key = (on, stages)
@@ -227,7 +235,13 @@ class _Simulation:
             return hit
         flows = Flows.concat([self.activities[i].flows for i in on])
         st = solve(self.fabric, flows, [(self.plan.conditions[j], s) for j, s in stages])
-        self.cache[key] = result = rates(self.fabric, st)
+        offsets = np.cumsum([0] + [len(self.activities[i].flows.demand) for i in on])
+        paces = {
+            i: pace(st.flow_rate[lo:hi], flows.demand[lo:hi])
+            for i, lo, hi in zip(on, offsets[:-1], offsets[1:], strict=True)
+            if i in self.timers
+        }
+        self.cache[key] = result = (rates(self.fabric, st), paces)
         if len(self.cache) > STATE_CACHE:
             self.cache.popitem(last=False)
         return result
@@ -326,6 +340,13 @@ class _Simulation:
         sw = np.isin(f.port_out[f.n_nics :], down) | np.isin(f.port_in[f.n_nics :], down)
         nic_values[nic, NIC_TABLE.col("oper_down")] = 1
         sw_values[sw, SWITCH_TABLE.col("oper_down")] = 1
+
+    def _calls_until(self, writer: TraceWriter, t_ns: int) -> None:
+        """Deliver the timed calls that ended by ``t_ns``, as the job's records would: at the poll."""
+        at = self.sc.start_ns + t_ns
+        for i, timer in self.timers.items():
+            for msg in timer.take(self.activities[i].job):
+                writer.write_message(topics.PHASES, msg.job, at, msg)
 
     def _phases_until(self, writer: TraceWriter, t_ns: int) -> None:
         """Deliver phases that began by ``t_ns``, interleaved with snapshots so record times never go back."""

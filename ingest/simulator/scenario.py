@@ -37,6 +37,7 @@ from fabricwatch.ingest.simulator.fault_kinds import (
     PcieCappedNic,
     PfcStorm,
     SpeedDownshift,
+    Straggler,
     SwitchStall,
 )
 from fabricwatch.schemas.config import ConfigError, check_keys
@@ -109,6 +110,17 @@ class CollectorSpec(_Strict):
 ActivityOp = Literal["AllReduce", "ReduceScatter", "AllGather", "AllToAll", "SendRecv", "Reduce", "idle"]
 
 
+class Calls(_Strict):
+    """Timed calls of an activity (``calls.py``): each rank gives NCCL ``bytes`` per call, and the
+    next call begins ``gap`` seconds (the step's compute) after one ends."""
+
+    bytes: int = 256 << 20
+    gap: float = 0.2
+    comm: str = ""
+    """Names the communicator: activities of a job that name the same one are one communicator
+    (a job changing its message size, or pausing for a checkpoint, on the same ranks)."""
+
+
 class Activity(_Strict):
     op: ActivityOp
     begin: float
@@ -117,6 +129,7 @@ class Activity(_Strict):
     burst: Burst | None = None
     root: str | None = None
     stages: int = 2
+    calls: Calls | None = None
 
 
 class Job(_Strict):
@@ -471,6 +484,10 @@ def _check_faults(sc: Scenario, names: _Names, p: _Problems) -> None:
         elif isinstance(fault, NicRetransmit):
             p.require(names.host(fault.nic) or names.nic(fault.nic), f"{path}.nic", _host(fault.nic))
             p.require(0 < fault.rate < 0.1, f"{path}.rate", "must be in (0, 0.1)")
+        elif isinstance(fault, Straggler):
+            p.require(names.host(fault.host), f"{path}.host", _host(fault.host))
+            p.require(fault.job in {j.name for j in sc.jobs}, f"{path}.job", f"unknown job {fault.job!r}")
+            p.require(fault.delay > 0, f"{path}.delay", "must be positive")
         elif isinstance(fault, NicSlowdown | PcieCappedNic):
             p.require(names.host(fault.nic) or names.nic(fault.nic), f"{path}.nic", _host(fault.nic))
             p.require(0 < fault.factor < 1, f"{path}.factor", "must be in (0, 1)")

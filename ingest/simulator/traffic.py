@@ -15,7 +15,7 @@ import numpy as np
 
 from fabricwatch.ingest.simulator.fabric import Fabric
 from fabricwatch.ingest.simulator.fault_kinds import HostSelection
-from fabricwatch.ingest.simulator.scenario import Scenario
+from fabricwatch.ingest.simulator.scenario import Calls, Scenario
 from fabricwatch.schemas.messages import Phase
 
 NS = 1_000_000_000
@@ -51,6 +51,8 @@ class ActivityRun:
     starts: np.ndarray
     ends: np.ndarray
     phase: Phase | None
+    calls: Calls | None = None
+    """Its timed calls (``calls.py``), where the scenario asks for them."""
 
     def on_at(self, t: float) -> bool:
         i = int(np.searchsorted(self.starts, t, side="right")) - 1
@@ -166,6 +168,7 @@ def make_activity(
     end: float,
     burst: tuple[float, float] | None = None,
     root: str | None = None,
+    calls: Calls | None = None,
 ) -> ActivityRun:
     """An activity and its Phase (none for idle time: NCCL logs nothing when nothing runs)."""
     starts, ends = windows(begin, end, burst, sc.duration)
@@ -183,7 +186,7 @@ def make_activity(
             root_rank=hosts.index(root) if root is not None else None,
             source="sim",
         )
-    return ActivityRun(job, op, flows, starts, ends, phase)
+    return ActivityRun(job, op, flows, starts, ends, phase, calls)
 
 
 def job_activities(sc: Scenario, fabric: Fabric) -> list[ActivityRun]:
@@ -196,7 +199,10 @@ def job_activities(sc: Scenario, fabric: Fabric) -> list[ActivityRun]:
             pairs = host_pairs(act.op, hosts, act.root, act.stages)
             flows = build_flows(fabric, pairs, act.load, job.qps_per_connection)
             burst = (act.burst.duration, act.burst.period) if act.burst else None
+            tag = act.calls.comm if act.calls and act.calls.comm else str(a)
             runs.append(
-                make_activity(sc, job.name, str(a), act.op, hosts, flows, act.begin, act.end, burst, act.root)
+                make_activity(
+                    sc, job.name, tag, act.op, hosts, flows, act.begin, act.end, burst, act.root, act.calls
+                )
             )
     return runs

@@ -197,6 +197,9 @@ def test_every_shipped_kind_says_what_a_user_sees():
         "slow_link",
         "nic_host_bound",
         "optics_out_of_range",
+        "job_slowdown",
+        "job_straggler",
+        "job_hang",
     }
     assert REGISTRY.kinds(needs_model=True) == {"outlier"}
 

@@ -10,8 +10,8 @@ import pytest
 from helpers.job_records import inspector_examples
 from helpers.paths import FIXTURES
 
-from fabricwatch.detectors.job_metrics import bandwidths, bucket_name, median_and_tail, size_bucket
 from fabricwatch.ingest.phases import nccl_tests
+from fabricwatch.schemas.bandwidth import bandwidths, bucket_name, median_and_tail, size_bucket
 
 
 def test_the_inspectors_own_bandwidths_are_reproduced_from_its_sizes_and_times():

@@ -11,7 +11,9 @@ same, ``inspectorComputeOpBw``), so a job's figures read against a benchmark run
   Gather and Scatter, x 1 for the rest (Broadcast, Reduce, Send, Recv, SendRecv): the rate each
   rank's link carries, comparable with the hardware's peak whatever the rank count.
 
-GB/s here is 1e9 bytes a second, as both print it. Everything is vectorised over calls.
+GB/s here is 1e9 bytes a second, as both print it. Everything is vectorised over calls. It lives
+beside the messages because the simulator (``ingest``) times its calls by the same definitions
+the job stage and the sink judge them by.
 """
 
 from __future__ import annotations

@@ -1,0 +1,129 @@
+"""A job's collective slower than its own recent past (kind ``job_slowdown``).
+
+Per communicator, collective and size bucket, each call's bus bandwidth over the time its median
+rank spent in it (``job_calls.busbw``). The baseline is the median of the ``baseline_calls`` calls
+before the last ``recent_calls``, taken while the job was not slow (a slowdown never becomes the
+new normal while it lasts); the job is slow while the median of its last ``recent_calls`` is
+``drop`` (20 %) or more below the baseline, ``persist_calls`` calls in a row, and well again
+when it is back within half that. A job changing its message size changes bucket, not speed; a
+single call stretched by a checkpoint pause moves no median.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import msgspec
+import numpy as np
+
+from fabricwatch.detectors.job_calls import CommCalls, Occurrence, busbw
+from fabricwatch.detectors.spec import Detector, IncidentKind, JobFinding, by_the_job_stage
+from fabricwatch.schemas.bandwidth import bucket_name, size_bucket
+from fabricwatch.schemas.config import AtLeastOne
+from fabricwatch.schemas.messages import RootCause
+
+UNSEEN_NS = 60 * 1_000_000_000
+"""A collective and size the job has not called for this long is no longer slow: it is gone (the
+job changed its sizes, or ended); the incident resolves rather than stay open for ever."""
+
+
+class SlowdownConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    drop: float = 0.2
+    """The share of bus bandwidth lost against the baseline that is a slowdown."""
+    recent_calls: AtLeastOne = 5
+    baseline_calls: AtLeastOne = 20
+    persist_calls: AtLeastOne = 3
+
+
+@dataclass
+class _Series:
+    normal: list[float] = field(default_factory=list)
+    """Bus bandwidth of calls judged while the job was not slow: the baseline's pool."""
+    recent: list[tuple[int, float]] = field(default_factory=list)
+    slow_since: int | None = None
+    slow_calls: int = 0
+    firing: bool = False
+    base: float = float("nan")
+    now: float = float("nan")
+
+
+class Slowdown:
+    def __init__(self, config: SlowdownConfig) -> None:
+        self.config = config
+        self._series: dict[tuple[str, str, str, int], _Series] = {}
+        self._seen: dict[tuple[str, str], int] = {}
+
+    def check(self, comm: CommCalls, now_ns: int) -> list[JobFinding]:
+        new = self._new(comm)
+        for occ, bw in zip(new, busbw(new, comm.nranks).tolist(), strict=True):
+            key = (comm.job, comm.comm, occ.op, int(size_bucket(np.array([occ.rank_bytes]))[0]))
+            self._judge(self._series.setdefault(key, _Series()), occ, bw)
+        return [
+            self._finding(comm, key, s)
+            for key, s in self._series.items()
+            if s.firing and key[:2] == (comm.job, comm.comm) and now_ns - s.recent[-1][0] < UNSEEN_NS
+        ]
+
+    def _new(self, comm: CommCalls) -> list[Occurrence]:
+        seen = self._seen.get((comm.job, comm.comm), 0)
+        self._seen[(comm.job, comm.comm)] = comm.judged
+        fresh = comm.judged - seen
+        return list(comm.done)[-fresh:] if fresh > 0 else []
+
+    def _judge(self, s: _Series, occ: Occurrence, bw: float) -> None:
+        c = self.config
+        if np.isnan(bw):
+            return
+        s.recent.append((occ.begin_ns, bw))
+        if len(s.recent) > c.recent_calls:
+            _, old = s.recent.pop(0)
+            if not s.slow_calls:
+                s.normal = [*s.normal, old][-c.baseline_calls :]
+        if len(s.normal) < c.baseline_calls // 2 or len(s.recent) < c.recent_calls:
+            return
+        s.base, s.now = float(np.median(s.normal)), float(np.median([b for _, b in s.recent]))
+        if s.now <= (1 - c.drop) * s.base:
+            if not s.slow_calls:
+                s.slow_since = s.recent[0][0]
+            s.slow_calls += 1
+            s.firing = s.firing or s.slow_calls >= c.persist_calls
+        elif s.now >= (1 - c.drop / 2) * s.base:
+            s.slow_calls, s.slow_since, s.firing = 0, None, False
+
+    def _finding(self, comm: CommCalls, key: tuple[str, str, str, int], s: _Series) -> JobFinding:
+        job, comm_id, op, bucket = key
+        base, now = s.base, s.now
+        lost = 1 - now / base
+        size = bucket_name(bucket)
+        return JobFinding(
+            kind="job_slowdown",
+            key=f"{job}|{comm_id}|{op}|{bucket}",
+            start_ns=s.slow_since or 0,
+            severity="critical" if lost >= 0.5 else "warning",
+            root=RootCause(job, group="job"),
+            summary=f"{job} {op} {size}: bus bandwidth {now:.1f} GB/s, {lost:.0%} below its {base:.1f} GB/s",
+            hint="",
+            evidence={
+                "busbw_gbs": round(now, 3),
+                "baseline_busbw_gbs": round(base, 3),
+                "busbw_lost": round(lost, 3),
+            },
+            hosts=tuple(comm.hosts()),
+            collective=f"{job} {op} {size} comm {comm_id}",
+        )
+
+
+DETECTOR = Detector(
+    name="job_slowdown",
+    incidents=(
+        IncidentKind(
+            name="job_slowdown",
+            title="Job slowdown",
+            colour="tab:olive",
+            hint="See the incident named as the cause; else the job's hosts.",
+            describe=by_the_job_stage,
+        ),
+    ),
+    job=lambda config: Slowdown(config.job_slowdown),
+    config=("job_slowdown", SlowdownConfig),
+)

@@ -1,0 +1,160 @@
+"""The job stage: each job's communicators judged by the job detectors (``spec.Detector.job``), their
+findings made incidents, each joined to the fabric incident that explains it.
+
+Given a job's timed calls (``Collectives``), its phases and the fabric's incidents as stage 2
+publishes them. A finding of a job is explained by a fabric incident open on the job: one that
+names the job (stage 2 attributes incidents to the jobs running on their hosts) or touches one of
+its hosts; the earliest such, or, for a slowdown or a hang, a straggler of the same communicator.
+The incident then says so (``caused_by``: the alerter pages the cause, once); when nothing
+explains it, it says that too, until a cause is found later (a slow link is checked every 10 s; a
+job feels it at its next call): an ``updated`` then names it. A finding no longer returned
+resolves the incident.
+
+One owner per job: in process it is the pipeline; streaming, the stage keyed by job (phases and
+timed calls are keyed by job on ``fabric.phases``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from fabricwatch.detectors.job_calls import CommCalls
+from fabricwatch.detectors.registry import REGISTRY, Registry
+from fabricwatch.detectors.spec import JobDetector, JobFinding
+from fabricwatch.schemas.messages import Anomaly, Collectives, Phase
+
+JOB_KINDS = ("job_slowdown", "job_straggler", "job_hang")
+CHECK_EVERY_NS = 500_000_000
+"""Between new calls, how often the communicators are judged again (a hang is found by silence)."""
+
+
+@dataclass
+class _Open:
+    finding: JobFinding
+    fingerprint: str
+    caused_by: str
+    cause: str
+
+
+class JobStage:
+    def __init__(self, config: Any, registry: Registry = REGISTRY) -> None:
+        self.detectors: list[JobDetector] = [d.job(config) for d in registry.detectors if d.job is not None]
+        self._comms: dict[tuple[str, str], CommCalls] = {}
+        self._fabric: dict[str, Anomaly] = {}
+        """Open fabric incidents by fingerprint, their latest event."""
+        self._open: dict[str, _Open] = {}
+        self._fresh = False
+        self._next_ns = 0
+
+    def on_collectives(self, msg: Collectives) -> None:
+        key = (msg.job, msg.comm)
+        comm = self._comms.get(key)
+        if comm is None:
+            comm = self._comms[key] = CommCalls(msg.job, msg.comm, msg.nranks)
+        comm.add(msg)
+        self._fresh = True
+
+    def on_phase(self, msg: Phase) -> None:
+        comm = self._comms.get((msg.job, msg.comm))
+        if comm is None:
+            comm = self._comms[(msg.job, msg.comm)] = CommCalls(msg.job, msg.comm, len(msg.participants()))
+        comm.on_phase(msg.begin_ns, msg.end_ns)
+
+    def on_fabric(self, events: list[Anomaly]) -> None:
+        """The fabric's incident events (stage 2's): which are open."""
+        for a in events:
+            if a.kind in JOB_KINDS:
+                continue
+            if a.status == "resolved":
+                self._fabric.pop(a.fingerprint, None)
+            else:
+                self._fabric[a.fingerprint] = a
+
+    def evaluate(self, now_ns: int) -> list[Anomaly]:
+        """The job incidents that fired, changed or resolved as of ``now_ns``: judged when new calls
+        came, else every ``CHECK_EVERY_NS`` (stage 2 ticks far more often)."""
+        if not self._comms or not (self._fresh or now_ns >= self._next_ns):
+            return []
+        self._fresh, self._next_ns = False, now_ns + CHECK_EVERY_NS
+        found: dict[str, JobFinding] = {}
+        for comm in self._comms.values():
+            for detector in self.detectors:
+                for f in detector.check(comm, now_ns):
+                    found[f.key + "|" + f.kind] = f
+        out = []
+        for ident in [i for i in self._open if i not in found]:
+            gone = self._open.pop(ident)
+            out.append(self._anomaly(gone, "resolved", now_ns))
+        stragglers = {f.key.rsplit("|", 1)[0]: i for i, f in found.items() if f.kind == "job_straggler"}
+        for ident, f in sorted(found.items(), key=lambda item: item[1].kind != "job_straggler"):
+            known = self._open.get(ident)
+            if known is None:
+                caused_by, cause = self._cause(f, stragglers)
+                known = self._open[ident] = _Open(f, _fingerprint(ident), caused_by, cause)
+                out.append(self._anomaly(known, "firing", now_ns))
+                continue
+            before = (known.finding.severity, known.finding.root, known.caused_by)
+            known.finding = f
+            if not known.caused_by:
+                # A fabric fault found after the job felt it (a slow link is checked every 10 s,
+                # the job feels it at its next call): the job's incident names it once known.
+                known.caused_by, known.cause = self._cause(f, stragglers)
+            if (f.severity, f.root, known.caused_by) != before:
+                out.append(self._anomaly(known, "updated", now_ns))
+        return out
+
+    def _cause(self, f: JobFinding, stragglers: dict[str, str]) -> tuple[str, str]:
+        """The fabric incident open on the finding's job or hosts that began closest to when the
+        job felt it (an older one still open, a slow link that has not healed, is not what made
+        it slow now), else a straggler of the same communicator for a slowdown or a hang: its
+        fingerprint and what it is."""
+        job = f.key.split("|", 1)[0]
+        hosts = set(f.hosts)
+        touching = sorted(
+            (abs(a.start_ns - f.start_ns), fp, a)
+            for fp, a in self._fabric.items()
+            if job in a.jobs or hosts & set(a.hosts) or hosts & set(a.devices)
+        )
+        if touching:
+            _, fp, a = touching[0]
+            at = f"{a.root.device} {a.root.port}".strip()
+            return fp, f"{a.kind.replace('_', ' ')} at {at}"
+        comm_key = f.key.rsplit("|", 2)[0] if f.kind == "job_slowdown" else f.key
+        straggler = stragglers.get(comm_key)
+        if f.kind != "job_straggler" and straggler is not None and straggler in self._open:
+            s = self._open[straggler]
+            return (
+                s.fingerprint,
+                f"straggler, rank {s.finding.evidence.get('rank')} on {s.finding.root.device}",
+            )
+        return "", ""
+
+    def _anomaly(self, o: _Open, status: str, now_ns: int) -> Anomaly:
+        f = o.finding
+        explained = f"; caused by the {o.cause}" if o.cause else "; nothing in the fabric explains it"
+        hint = f.hint or (
+            f"See the {o.cause}: it explains the job's slowdown." if o.cause else "Look at the job's hosts."
+        )
+        return Anomaly(
+            fingerprint=o.fingerprint,
+            kind=f.kind,
+            severity=f.severity,  # type: ignore[arg-type]
+            status=status,  # type: ignore[arg-type]
+            start_ns=f.start_ns,
+            ts_ns=now_ns,
+            root=f.root,
+            summary=f.summary + explained,
+            hint=hint,
+            end_ns=now_ns if status == "resolved" else None,
+            hosts=list(f.hosts),
+            jobs=[f.key.split("|", 1)[0]],
+            collectives=[f.collective] if f.collective else [],
+            evidence={**f.evidence, **({"caused_by": o.cause} if o.cause else {})},
+            caused_by=o.caused_by,
+        )
+
+
+def _fingerprint(ident: str) -> str:
+    return hashlib.sha256(ident.encode()).hexdigest()[:16]
