@@ -19,7 +19,7 @@ import numpy as np
 from fabricwatch.detectors.job_calls import CommCalls, Occurrence, busbw
 from fabricwatch.detectors.spec import Detector, IncidentKind, JobFinding, by_the_job_stage
 from fabricwatch.schemas.bandwidth import bucket_name, size_bucket
-from fabricwatch.schemas.config import AtLeastOne
+from fabricwatch.schemas.config import AtLeastOne, Fraction
 from fabricwatch.schemas.messages import RootCause
 
 UNSEEN_NS = 60 * 1_000_000_000
@@ -28,7 +28,7 @@ job changed its sizes, or ended); the incident resolves rather than stay open fo
 
 
 class SlowdownConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    drop: float = 0.2
+    drop: Fraction = 0.2
     """The share of bus bandwidth lost against the baseline that is a slowdown."""
     recent_calls: AtLeastOne = 5
     baseline_calls: AtLeastOne = 20

@@ -4,11 +4,12 @@ findings made incidents, each joined to the fabric incident that explains it.
 Given a job's timed calls (``Collectives``), its phases and the fabric's incidents as stage 2
 publishes them. A finding of a job is explained by a fabric incident open on the job: one that
 names the job (stage 2 attributes incidents to the jobs running on their hosts) or touches one of
-its hosts; the earliest such, or, for a slowdown or a hang, a straggler of the same communicator.
-The incident then says so (``caused_by``: the alerter pages the cause, once); when nothing
-explains it, it says that too, until a cause is found later (a slow link is checked every 10 s; a
-job feels it at its next call): an ``updated`` then names it. A finding no longer returned
-resolves the incident.
+its hosts, the one that began closest to when the job felt it; or, for a slowdown or a hang, a
+straggler of the same communicator. The incident then says so (``caused_by``: the alerter pages
+the cause, once). A slowdown or a hang that nothing explains yet waits ``EXPLAIN_WAIT_NS`` for
+its cause, then fires saying so; a cause found later still (a slow link is checked every 10 s, a
+job feels it at its next call) is named by an ``updated``. A finding no longer returned resolves
+the incident.
 
 One owner per job: in process it is the pipeline; streaming, the stage keyed by job (phases and
 timed calls are keyed by job on ``fabric.phases``).
@@ -26,6 +27,10 @@ from fabricwatch.detectors.spec import JobDetector, JobFinding
 from fabricwatch.schemas.messages import Anomaly, Collectives, Phase
 
 JOB_KINDS = ("job_slowdown", "job_straggler", "job_hang")
+EXPLAIN_WAIT_NS = 5_000_000_000
+"""How long a slowdown or a hang that nothing explains yet waits for its cause before it fires on
+its own: a straggler is named after 7 of 10 calls, a call or two after the job's slowdown is
+felt (found in the suite: every straggler's slowdown paged alone, a second before it)."""
 CHECK_EVERY_NS = 500_000_000
 """Between new calls, how often the communicators are judged again (a hang is found by silence)."""
 
@@ -47,6 +52,8 @@ class JobStage:
         self._open: dict[str, _Open] = {}
         self._fresh = False
         self._next_ns = 0
+        self._waiting: dict[str, int] = {}
+        """Findings that nothing explains yet, since when they wait (``EXPLAIN_WAIT_NS``)."""
 
     def on_collectives(self, msg: Collectives) -> None:
         key = (msg.job, msg.comm)
@@ -84,6 +91,7 @@ class JobStage:
                 for f in detector.check(comm, now_ns):
                     found[f.key + "|" + f.kind] = f
         out = []
+        self._waiting = {i: t for i, t in self._waiting.items() if i in found}
         for ident in [i for i in self._open if i not in found]:
             gone = self._open.pop(ident)
             out.append(self._anomaly(gone, "resolved", now_ns))
@@ -92,6 +100,10 @@ class JobStage:
             known = self._open.get(ident)
             if known is None:
                 caused_by, cause = self._cause(f, stragglers)
+                waited = now_ns - self._waiting.setdefault(ident, now_ns)
+                if not caused_by and f.kind != "job_straggler" and waited < EXPLAIN_WAIT_NS:
+                    continue
+                self._waiting.pop(ident, None)
                 known = self._open[ident] = _Open(f, _fingerprint(ident), caused_by, cause)
                 out.append(self._anomaly(known, "firing", now_ns))
                 continue
@@ -135,7 +147,9 @@ class JobStage:
         f = o.finding
         explained = f"; caused by the {o.cause}" if o.cause else "; nothing in the fabric explains it"
         hint = f.hint or (
-            f"See the {o.cause}: it explains the job's slowdown." if o.cause else "Look at the job's hosts."
+            f"See the {o.cause}, which explains it."
+            if o.cause
+            else "Nothing in the fabric: look at the job's hosts."
         )
         return Anomaly(
             fingerprint=o.fingerprint,

@@ -19,7 +19,7 @@ import numpy as np
 
 from fabricwatch.detectors.job_calls import CommCalls
 from fabricwatch.detectors.spec import Detector, IncidentKind, JobFinding, by_the_job_stage
-from fabricwatch.schemas.config import AtLeastOne
+from fabricwatch.schemas.config import AtLeastOne, Fraction, Positive
 from fabricwatch.schemas.messages import RootCause
 
 NS = 1_000_000_000
@@ -27,9 +27,9 @@ NS = 1_000_000_000
 
 class StragglerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     window_calls: AtLeastOne = 10
-    share: float = 0.7
-    min_late_ms: float = 2.0
-    min_late_share: float = 0.1
+    share: Fraction = 0.7
+    min_late_ms: Positive = 2.0
+    min_late_share: Fraction = 0.1
 
 
 class Stragglers:

@@ -96,7 +96,7 @@ def test_a_slow_link_found_after_the_job_felt_it_is_named_when_found(tmp_path):
     (link,) = firing(events, "slow_link")
     slowdown = [a for a in events if a.kind == "job_slowdown"]
     assert slowdown[0].status == "firing" and not slowdown[0].caused_by, "the job felt it first"
-    assert at_s(slowdown[0].ts_ns) <= 23
+    assert at_s(slowdown[0].ts_ns) <= 28, "after 5 calls, 3 slow ones and 5 s waiting for a cause"
     named = [a for a in slowdown if a.status == "updated" and a.caused_by == link.fingerprint]
     assert (
         named
