@@ -122,12 +122,8 @@ class JobStage:
         job felt it (an older one still open, a slow link that has not healed, is not what made
         it slow now), else a straggler of the same communicator for a slowdown or a hang: its
         fingerprint and what it is."""
-        job = f.key.split("|", 1)[0]
-        hosts = set(f.hosts)
         touching = sorted(
-            (abs(a.start_ns - f.start_ns), fp, a)
-            for fp, a in self._fabric.items()
-            if job in a.jobs or hosts & set(a.hosts) or hosts & set(a.devices)
+            (abs(a.start_ns - f.start_ns), fp, a) for fp, a in self._fabric.items() if _explains(a, f)
         )
         if touching:
             _, fp, a = touching[0]
@@ -168,6 +164,16 @@ class JobStage:
             evidence={**f.evidence, **({"caused_by": o.cause} if o.cause else {})},
             caused_by=o.caused_by,
         )
+
+
+def _explains(a: Anomaly, f: JobFinding) -> bool:
+    """Whether fabric incident ``a`` is on the finding's job: one it names, or on one of its hosts.
+    A straggler is one host's doing: only a fault at that host itself (its NIC ``host/nic``, as
+    collectors name them, or the host) explains it, not one elsewhere on the job, which slows
+    every rank alike, nor one whose listed hosts are the whole job's."""
+    if f.kind == "job_straggler":
+        return bool(set(f.hosts) & {d.split("/", 1)[0] for d in (a.root.device, *a.devices)})
+    return f.key.split("|", 1)[0] in a.jobs or bool(set(f.hosts) & {*a.hosts, *a.devices})
 
 
 def _fingerprint(ident: str) -> str:

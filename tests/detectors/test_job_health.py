@@ -140,3 +140,17 @@ def test_an_incast_into_a_job_host_is_its_slowdowns_cause_not_an_older_fault_sti
 def test_look_alikes_of_a_sick_job_stay_quiet(tmp_path, name, schedule):
     events = replayed(tmp_path, name, "", schedule=schedule)
     assert [a for a in events if a.kind.startswith("job_")] == []
+
+
+def test_a_straggler_is_not_blamed_on_a_fault_elsewhere_on_its_job(tmp_path):
+    """A slow link at h006 is open on the job when h011 starts entering late: the link slows every
+    rank alike, so it does not explain one rank being last; the straggler is h011's own."""
+    faults = (
+        "  - {kind: speed_downshift, device: h006, factor: 0.5, start: 5, duration: 60}\n"
+        "  - {kind: straggler, host: h011, job: llm-a, delay: 0.04, start: 35, duration: 20}"
+    )
+    events = replayed(tmp_path, "straggler_beside_a_slow_link", faults, duration=70)
+    (link,) = firing(events, "slow_link")
+    (straggler,) = firing(events, "job_straggler")
+    assert link.ts_ns < straggler.ts_ns and straggler.root.device == "h011"
+    assert straggler.caused_by == "" and "nothing in the fabric explains it" in straggler.summary
