@@ -49,7 +49,7 @@ class Hangs:
                 key=f"{comm.job}|{comm.comm}",
                 start_ns=last,
                 severity="critical",
-                root=RootCause(comm.job, group="job"),
+                root=RootCause(comm.job, group=f"job:{comm.job}"),
                 summary=(
                     f"{comm.job} comm {comm.comm} has completed no {calls[-1].op} for "
                     f"{silent_ns / NS:.1f} s, {silent_ns / max(period_ns, 1):.0f} times its usual gap"

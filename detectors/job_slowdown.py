@@ -100,7 +100,7 @@ class Slowdown:
             key=f"{job}|{comm_id}|{op}|{bucket}",
             start_ns=s.slow_since or 0,
             severity="critical" if lost >= 0.5 else "warning",
-            root=RootCause(job, group="job"),
+            root=RootCause(job, group=f"job:{job}"),
             summary=f"{job} {op} {size}: bus bandwidth {now:.1f} GB/s, {lost:.0%} below its {base:.1f} GB/s",
             hint="",
             evidence={

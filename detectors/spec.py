@@ -81,8 +81,8 @@ class JobFinding:
     severity: str
     root: RootCause
     """The host or rank to blame where the job's records point at one (a straggler), else the
-    job itself (``RootCause(job, group="job")``): a fabric cause, when one is found, is named by
-    ``caused_by``."""
+    job itself (``RootCause(job, group="job:<job>")``, shown as such); a fabric cause, when one
+    is found, is named by ``caused_by``."""
     summary: str
     hint: str
     evidence: dict[str, float | int | str]

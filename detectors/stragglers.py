@@ -58,7 +58,7 @@ class Stragglers:
                 key=f"{comm.job}|{comm.comm}|{rank}",
                 start_ns=start,
                 severity="warning",
-                root=RootCause(host or comm.job, group="" if host else "job"),
+                root=RootCause(host or comm.job, group="" if host else f"job:{comm.job}"),
                 summary=(
                     f"rank {rank} of {comm.job} ({host or 'host unknown'}) enters its collectives "
                     f"{late_ms:.1f} ms after the median rank, last in {count} of the last {len(calls)}"
