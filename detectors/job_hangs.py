@@ -46,7 +46,9 @@ class Hangs:
         return [
             JobFinding(
                 kind="job_hang",
-                key=f"{comm.job}|{comm.comm}",
+                job=comm.job,
+                comm=comm.comm,
+                key="",
                 start_ns=last,
                 severity="critical",
                 root=RootCause(comm.job, group=f"job:{comm.job}"),

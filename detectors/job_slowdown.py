@@ -55,8 +55,9 @@ class Slowdown:
 
     def check(self, comm: CommCalls, now_ns: int) -> list[JobFinding]:
         new = self._new(comm)
-        for occ, bw in zip(new, busbw(new, comm.nranks).tolist(), strict=True):
-            key = (comm.job, comm.comm, occ.op, int(size_bucket(np.array([occ.rank_bytes]))[0]))
+        buckets = size_bucket(np.array([o.rank_bytes for o in new], dtype=np.int64)).tolist()
+        for occ, bw, bucket in zip(new, busbw(new, comm.nranks).tolist(), buckets, strict=True):
+            key = (comm.job, comm.comm, occ.op, bucket)
             self._judge(self._series.setdefault(key, _Series()), occ, bw)
         return [
             self._finding(comm, key, s)
@@ -97,7 +98,9 @@ class Slowdown:
         size = bucket_name(bucket)
         return JobFinding(
             kind="job_slowdown",
-            key=f"{job}|{comm_id}|{op}|{bucket}",
+            job=job,
+            comm=comm_id,
+            key=f"{op}|{bucket}",
             start_ns=s.slow_since or 0,
             severity="critical" if lost >= 0.5 else "warning",
             root=RootCause(job, group=f"job:{job}"),

@@ -89,13 +89,13 @@ class JobStage:
         for comm in self._comms.values():
             for detector in self.detectors:
                 for f in detector.check(comm, now_ns):
-                    found[f.key + "|" + f.kind] = f
+                    found[f"{f.kind}|{f.job}|{f.comm}|{f.key}"] = f
         out = []
         self._waiting = {i: t for i, t in self._waiting.items() if i in found}
         for ident in [i for i in self._open if i not in found]:
             gone = self._open.pop(ident)
             out.append(self._anomaly(gone, "resolved", now_ns))
-        stragglers = {f.key.rsplit("|", 1)[0]: i for i, f in found.items() if f.kind == "job_straggler"}
+        stragglers = {(f.job, f.comm): i for i, f in found.items() if f.kind == "job_straggler"}
         for ident, f in sorted(found.items(), key=lambda item: item[1].kind != "job_straggler"):
             known = self._open.get(ident)
             if known is None:
@@ -117,7 +117,7 @@ class JobStage:
                 out.append(self._anomaly(known, "updated", now_ns))
         return out
 
-    def _cause(self, f: JobFinding, stragglers: dict[str, str]) -> tuple[str, str]:
+    def _cause(self, f: JobFinding, stragglers: dict[tuple[str, str], str]) -> tuple[str, str]:
         """The fabric incident open on the finding's job or hosts that began closest to when the
         job felt it (an older one still open, a slow link that has not healed, is not what made
         it slow now), else a straggler of the same communicator for a slowdown or a hang: its
@@ -129,8 +129,7 @@ class JobStage:
             _, fp, a = touching[0]
             at = f"{a.root.device} {a.root.port}".strip()
             return fp, f"{a.kind.replace('_', ' ')} at {at}"
-        comm_key = f.key.rsplit("|", 2)[0] if f.kind == "job_slowdown" else f.key
-        straggler = stragglers.get(comm_key)
+        straggler = stragglers.get((f.job, f.comm))
         if f.kind != "job_straggler" and straggler is not None and straggler in self._open:
             s = self._open[straggler]
             return (
@@ -159,7 +158,7 @@ class JobStage:
             hint=hint,
             end_ns=now_ns if status == "resolved" else None,
             hosts=list(f.hosts),
-            jobs=[f.key.split("|", 1)[0]],
+            jobs=[f.job],
             collectives=[f.collective] if f.collective else [],
             evidence={**f.evidence, **({"caused_by": o.cause} if o.cause else {})},
             caused_by=o.caused_by,
@@ -173,7 +172,7 @@ def _explains(a: Anomaly, f: JobFinding) -> bool:
     every rank alike, nor one whose listed hosts are the whole job's."""
     if f.kind == "job_straggler":
         return bool(set(f.hosts) & {d.split("/", 1)[0] for d in (a.root.device, *a.devices)})
-    return f.key.split("|", 1)[0] in a.jobs or bool(set(f.hosts) & {*a.hosts, *a.devices})
+    return f.job in a.jobs or bool(set(f.hosts) & {*a.hosts, *a.devices})
 
 
 def _fingerprint(ident: str) -> str:

@@ -76,7 +76,10 @@ class JobFinding:
     ``key`` from check to check is one incident; a finding no longer returned has cleared."""
 
     kind: str
+    job: str
+    comm: str
     key: str
+    """Which incident it is, within its job and communicator (a rank, a collective and size)."""
     start_ns: int
     severity: str
     root: RootCause

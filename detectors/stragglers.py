@@ -22,8 +22,6 @@ from fabricwatch.detectors.spec import Detector, IncidentKind, JobFinding, by_th
 from fabricwatch.schemas.config import AtLeastOne, Fraction, Positive
 from fabricwatch.schemas.messages import RootCause
 
-NS = 1_000_000_000
-
 
 class StragglerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     window_calls: AtLeastOne = 10
@@ -55,7 +53,9 @@ class Stragglers:
         return [
             JobFinding(
                 kind="job_straggler",
-                key=f"{comm.job}|{comm.comm}|{rank}",
+                job=comm.job,
+                comm=comm.comm,
+                key=str(rank),
                 start_ns=start,
                 severity="warning",
                 root=RootCause(host or comm.job, group="" if host else f"job:{comm.job}"),
