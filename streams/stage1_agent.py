@@ -85,8 +85,13 @@ def wire(w: Worker, client_kwargs: dict[str, Any]) -> None:
 
     @app.task
     async def stage1_heartbeat() -> None:
-        """Tell stage 2 which of our input partitions have nothing left to read (see Stage1Worker)."""
+        """Tell stage 2 which of our input partitions have nothing left to read (see Stage1Worker).
+
+        Not before the topology is read: until then stage 1 knows no pod but the unknown one, and
+        a watermark sent to its symptoms partition alone would tell stage 2 of a partition heard
+        there and nowhere else (``Stage2Worker``)."""
         await started.wait()
+        await w.topology_read()
         consumer = w.stage1_consumer
         while True:
             await asyncio.sleep(opts.heartbeat_s)

@@ -309,9 +309,14 @@ class Stage2Worker:
     it; set it above the session timeout so that a takeover loses nothing). A dead worker's
     partitions stop being "caught up" when its heartbeats stop, so stage 2 waits for the takeover.
     Symptoms that arrive behind the released time are taken at once. When no input is left, time
-    moves on to the newest watermark, so the incidents of a finished input still resolve. At start,
-    it waits ``startup_wait_s`` for a first watermark from each of ``expected_sources``, the input
-    partitions.
+    moves on to the newest watermark, so the incidents of a finished input still resolve.
+
+    Each symptoms partition waits, for up to ``startup_wait_s`` from its first message, until it
+    has heard a watermark from each of ``expected_sources`` (the input partitions). Stage 1 sends
+    watermarks to the pods it knows: one that has not read the topology yet sends them to the
+    unknown pod's partition only, so a source heard on one partition says nothing of where it is
+    on another. Found through two workers: a NIC's retransmissions fired alone, their link's
+    symptoms still on their way from a worker that had just read the topology.
 
     "Caught up" is true of the moment the worker asked the broker, not after: a producer sends
     each partition's records in its own batches, so one partition can be read to its end while the
@@ -342,7 +347,11 @@ class Stage2Worker:
         step_s: float = 0.1,
     ) -> None:
         self.expected_sources = tuple(expected_sources)
-        self._started: float | None = None
+        self._channels: set[str] = set()
+        """The symptoms partitions read."""
+        self._awaiting: dict[str, float] = {}
+        """Those still waiting for a watermark from each input partition, with when their first
+        message came (wall seconds)."""
         self.core = Stage2(config, tick_s)
         self.stall_after_s = stall_after_s
         self.heartbeat_s = heartbeat_s
@@ -376,6 +385,8 @@ class Stage2Worker:
         devices no longer ours, which would fire here what the new owner carries on. Then the
         correlator's incidents of those devices (``Correlator.release``)."""
         self._marks = {k: m for k, m in self._marks.items() if k[0] not in lost}
+        self._channels -= lost
+        self._awaiting = {c: t for c, t in self._awaiting.items() if c not in lost}
         self._held = [h for h in self._held if owns(h[2].device)]
         heapq.heapify(self._held)
         return self.core.correlator.release(owns)
@@ -404,6 +415,9 @@ class Stage2Worker:
 
     def _feed(self, msg: Symptom | Watermark, now: float, channel: str) -> list[Anomaly]:
         self.taken += 1
+        if channel not in self._channels:
+            self._channels.add(channel)
+            self._awaiting[channel] = now
         if isinstance(msg, Watermark):
             key = (channel, msg.source)
             mark = self._marks.get(key)
@@ -420,13 +434,7 @@ class Stage2Worker:
 
     def advance(self, now: float) -> list[Anomaly]:
         """Take every held symptom the watermarks have passed; call also on a timer when idle."""
-        if self._started is None:
-            self._started = now
-        if now - self._started < self.startup_wait_s and any(
-            src not in {source for _, source in self._marks} for src in self.expected_sources
-        ):
-            return []
-        if not self._marks:
+        if not self._marks or self._unheard(now):
             return []
         newest = max(m.ts_ns for m in self._marks.values())
         passed = [p for m in self._marks.values() if (p := self._passed(m, now)) is not None]
@@ -452,6 +460,16 @@ class Stage2Worker:
             fired += self.core.evaluate_now(self._settled_ns)
             self._unevaluated = False
         return fired
+
+    def _unheard(self, now: float) -> bool:
+        """Whether a symptoms partition, within ``startup_wait_s`` of its first message, still
+        lacks a watermark from one of the input partitions: its symptoms may be on their way."""
+        for channel, first in list(self._awaiting.items()):
+            if now - first >= self.startup_wait_s or all(
+                (channel, source) in self._marks for source in self.expected_sources
+            ):
+                del self._awaiting[channel]
+        return bool(self._awaiting)
 
     def _passed(self, mark: _Mark, now: float) -> int | None:
         """How far in event time one input partition is known to be complete; None if it holds

@@ -82,6 +82,35 @@ def live(path: Path, late: set[str], lag_s: float, from_s: float) -> list[tuple[
     return [(a.kind, a.status, a.root.device, a.start_ns) for a in fired]
 
 
+def topology_late(path: Path, late: set[str], late_by_s: float) -> list[tuple[str, str, str, int]]:
+    """The trace published at once, 10 s after stage 2 started, read by two stage-1 workers: one
+    reads every input partition but ``late`` as soon as they are there, the other reads the
+    topology and its partitions ``late_by_s`` later (a worker that joined under load)."""
+    config = DetectorConfig()
+    early, slow = Stage1Worker(config), Stage1Worker(config)
+    sources = [f"{topics.COUNTERS}/{i}" for i in range(PARTITIONS)]
+    stage2 = Stage2Worker(config, expected_sources=sources)
+    counters = _read(path, early, stage2, sources)
+    fired = stage2.advance(0.0)  # a worker's idle timer runs from its start
+    for worker, wall, theirs in ((early, 10.0, set(sources) - late), (slow, 10.0 + late_by_s, late)):
+        if worker is slow:
+            slow.set_topology(_topology(path))
+        mine = [(s, v) for s, v in counters if s in theirs]
+        out = worker.process([v for _, v in mine], [s for s, _ in mine])
+        for k in out.symptoms + worker.heartbeat(dict.fromkeys(theirs, True)):
+            events, reason = stage2.feed(k.value, wall, channel=k.key.decode())
+            assert reason is None
+            fired += events
+        fired += stage2.advance(wall)
+    fired += stage2.advance(70.0)
+    return [(a.kind, a.status, a.root.device, a.start_ns) for a in fired]
+
+
+def _topology(path: Path) -> Topology:
+    with TraceReader(path) as reader:
+        return next(decode(r.value(), Topology) for r in reader if r.topic == topics.TOPOLOGY)
+
+
 def streamed(path: Path, batch: int, order: str) -> tuple[list, Stage2Worker]:
     """Stage 1 in batches over partitions as a broker would split them, stage 2 behind it; the
     partitions interleaved as ``order`` says."""

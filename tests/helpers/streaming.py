@@ -25,6 +25,29 @@ POLL_NS = 1_000_000_000
 SESSION_TIMEOUT_S = 6
 TANSU_GROUP = {"session_timeout_ms": 6000, "max_poll_interval_ms": 6000, "heartbeat_interval_ms": 1000}
 
+LOSSY_LINKS = """\
+name: lossy_links
+seed: 34
+duration: 90
+poll_interval: 1.0
+fabric: {leaves: 2, spines: 4, hosts_per_leaf: 8}
+collector: {noise: 0.03, jitter_ms: 10}
+jobs:
+  - name: dp
+    hosts: 16
+    schedule:
+      - {op: AllReduce, begin: 0, end: 90, load: 0.35}
+faults:
+  - {kind: lossy_link, device: h003, loss_rate: 0.0001, start: 10.3, duration: 30}
+  - {kind: lossy_link, device: spine01, port: Ethernet0, loss_rate: 0.00001, one_way: true,
+     start: 45.6, duration: 30}
+  - {kind: error_burst, device: h012, loss_rate: 0.001, start: 20.2, duration: 0.5}
+  - {kind: failing_optic, device: h006, start: 15.3, duration: 40}
+  - {kind: degrading_link, device: h010, pre_fec_ber: 0.00005, start: 30.2, duration: 50}
+"""
+"""Two lossy links (a NIC's, one way on a spine's port), a burst, a failing optic and a degrading link
+on 16 hosts for 90 s: what the streaming tests of issue 34 replay."""
+
 
 class Collector:
     """Reads a topic in a thread from the beginning, as a dashboard or an alerter would (and, as

@@ -7,10 +7,12 @@ import time
 
 import pytest
 from helpers import small_fabric
-from helpers.stages import in_process, live, partition_of, streamed
+from helpers.stages import in_process, live, partition_of, streamed, topology_late
+from helpers.streaming import LOSSY_LINKS
 
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.ticks import Ticker
+from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import (
     Symptom,
@@ -56,6 +58,25 @@ def test_a_link_whose_symptoms_come_late_still_explains_the_retransmissions_it_c
     expected = {(k, d) for k, status, d, _ in in_process(path) if status == "firing"}
     assert expected == {("link_corruption", "h003/mlx5_0")}
     got = {(k, d) for k, status, d, _ in live(path, late, lag_s, from_s=11.5) if status == "firing"}
+    assert got == expected
+
+
+@pytest.mark.parametrize("late_by_s", [0.2, 4.5])
+def test_a_pod_waits_for_every_input_partition_before_time_moves(tmp_path, late_by_s):
+    """Issue 34, found through two workers under load: the worker reading the lossy link's two ends
+    read the topology and its partitions a moment after the other worker's output had reached
+    stage 2. Stage 2 had started long before, so its startup wait was over, and a partition it had
+    never heard from held nothing back: time moved on without the link's symptoms (the link missed,
+    or a NIC's retransmissions fired alone). Each symptoms partition now waits, from its first
+    message, for a watermark from every input partition."""
+    scenario = tmp_path / "lossy.yaml"
+    scenario.write_text(LOSSY_LINKS)
+    path = tmp_path / "lossy.trace.gz"
+    simulate(load_scenario(scenario), path)
+    late = {partition_of("h003/mlx5_0"), partition_of("leaf00")}
+    expected = {(k, d) for k, status, d, _ in in_process(path) if status == "firing"}
+    assert ("link_corruption", "h003/mlx5_0") in expected
+    got = {(k, d) for k, status, d, _ in topology_late(path, late, late_by_s) if status == "firing"}
     assert got == expected
 
 

@@ -9,6 +9,7 @@ import time
 
 import pytest
 from helpers.streaming import (
+    LOSSY_LINKS,
     POLL_NS,
     SESSION_TIMEOUT_S,
     TANSU_GROUP,
@@ -65,35 +66,13 @@ def test_two_workers_find_what_the_in_process_replay_finds(broker, workers, tmp_
     assert snapshots >= published.records - 100  # every counters record, less phases and topology
 
 
-LOSSY = """\
-name: lossy_links
-seed: 34
-duration: 90
-poll_interval: 1.0
-fabric: {leaves: 2, spines: 4, hosts_per_leaf: 8}
-collector: {noise: 0.03, jitter_ms: 10}
-jobs:
-  - name: dp
-    hosts: 16
-    schedule:
-      - {op: AllReduce, begin: 0, end: 90, load: 0.35}
-faults:
-  - {kind: lossy_link, device: h003, loss_rate: 0.0001, start: 10.3, duration: 30}
-  - {kind: lossy_link, device: spine01, port: Ethernet0, loss_rate: 0.00001, one_way: true,
-     start: 45.6, duration: 30}
-  - {kind: error_burst, device: h012, loss_rate: 0.001, start: 20.2, duration: 0.5}
-  - {kind: failing_optic, device: h006, start: 15.3, duration: 40}
-  - {kind: degrading_link, device: h010, pre_fec_ber: 0.00005, start: 30.2, duration: 50}
-"""
-
-
 def test_two_workers_find_the_lossy_links_the_in_process_replay_finds(broker, workers, tmp_path):
     """Issue 34: a link's two ends are read by whichever workers own their devices, and stage 2
     joins them into one incident at the same part as in process; the burst stays quiet. The
     paced detectors (a failing optic, a degrading link) check each device on its own time, so
     they find what they find in process whichever worker reads it."""
     scenario = tmp_path / "lossy.yaml"
-    scenario.write_text(LOSSY)
+    scenario.write_text(LOSSY_LINKS)
     path = tmp_path / "lossy.trace.gz"
     simulate(load_scenario(scenario), path)
     expected = Reference(path)
