@@ -79,6 +79,13 @@ class JobStage:
             else:
                 self._fabric[a.fingerprint] = a
 
+    def forget(self, jobs: set[str]) -> None:
+        """Drop jobs another owner judges now (streaming, ``streams/job_worker.py``), their open
+        incidents unresolved: the new owner carries them on under the same fingerprints."""
+        self._comms = {k: c for k, c in self._comms.items() if k[0] not in jobs}
+        self._open = {i: o for i, o in self._open.items() if o.finding.job not in jobs}
+        self._waiting = {i: t for i, t in self._waiting.items() if i.split("|", 2)[1] not in jobs}
+
     def evaluate(self, now_ns: int) -> list[Anomaly]:
         """The job incidents that fired, changed or resolved as of ``now_ns``: judged when new calls
         came, else every ``CHECK_EVERY_NS`` (stage 2 ticks far more often)."""

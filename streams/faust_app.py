@@ -2,7 +2,8 @@
 
 This module builds the app and what its parts share (``Worker``); the parts are wired in
 ``stage1_agent`` (counters in, rates and symptoms out), ``stage2_agent`` (symptoms in, anomalies
-out), ``broadcast`` (topology and phases, read by every worker) and ``web`` (health pages).
+out), ``job_agent`` (each job's calls against the fabric's incidents), ``broadcast`` (topology
+and phases, read by every worker) and ``web`` (health pages).
 
 What survives a restart or a rebalance is decided in ``docs/streaming.md``: nothing is
 changelogged; a device's state is rebuilt from its next snapshots.
@@ -17,7 +18,7 @@ from typing import Any
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from fabricwatch.streams import broadcast, handover, stage1_agent, stage2_agent, web
+from fabricwatch.streams import broadcast, handover, job_agent, stage1_agent, stage2_agent, web
 from fabricwatch.streams.health import Progress
 from fabricwatch.streams.kafka_io import BrokerSettings
 from fabricwatch.streams.stages import Stage1Worker, Stage2Worker
@@ -39,6 +40,7 @@ def make_app(opts: WorkerOptions) -> faust.App:
     stage2_agent.wire(worker)
     broadcast.wire(worker, _aiokafka_kwargs(opts.broker))
     handover.wire(worker, _aiokafka_kwargs(opts.broker))
+    job_agent.wire(worker, _aiokafka_kwargs(opts.broker))
     web.wire(worker)
     return app
 

@@ -26,6 +26,7 @@ DEFAULT_PARTITIONS = {
     topics.RATES: 12,
     topics.SYMPTOMS: 6,
     topics.ANOMALIES: 3,
+    topics.PROGRESS: 1,
     topics.DEADLETTER: 3,
 }
 """Counters and rates are keyed by device and carry the volume; stage 2 reads symptoms by pod."""

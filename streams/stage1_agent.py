@@ -62,10 +62,7 @@ def wire(w: Worker, client_kwargs: dict[str, Any]) -> None:
             auto_offset_reset="earliest",
             fetch_max_wait_ms=opts.fetch_max_wait_ms,
             max_partition_fetch_bytes=opts.max_message_bytes + 1024 * 1024,
-            session_timeout_ms=int(opts.session_timeout_s * 1000),
-            heartbeat_interval_ms=int(max(opts.session_timeout_s / 6, 0.5) * 1000),
-            rebalance_timeout_ms=int(opts.session_timeout_s * 1000),
-            max_poll_interval_ms=int(max(opts.session_timeout_s, 30.0) * 1000),
+            **opts.group_timeouts(),
         )
         offsets = _Offsets(w, consumer, client_kwargs)
         await consumer.start()

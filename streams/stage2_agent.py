@@ -13,12 +13,17 @@ from typing import TYPE_CHECKING
 import faust
 
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import Anomaly, encode
+from fabricwatch.schemas.messages import Anomaly, Watermark, encode
+from fabricwatch.streams.stages import Keyed
 
 if TYPE_CHECKING:
     from fabricwatch.streams.worker_context import Worker
 
 log = logging.getLogger(__name__)
+
+PROGRESS_EVERY_S = 0.5
+"""How often stage 2 says how far it has judged (``topics.PROGRESS``): the job stage's lag behind
+the fabric's, at most."""
 
 
 def wire(w: Worker) -> None:
@@ -54,3 +59,23 @@ def wire(w: Worker) -> None:
         """Time moves on for incidents when inputs go quiet (see Stage2Worker)."""
         async with w.stage2_lock:
             await publish(w.stage2.advance(time.monotonic()))
+
+    @app.timer(PROGRESS_EVERY_S)
+    async def stage2_progress() -> None:
+        """How far this stage 2 has judged, once what it published before is on the broker, for
+        each symptoms partition it owns and has heard from (``streams/job_worker.py``): one no
+        pod's symptoms go to says nothing, ever, and must hold nothing back."""
+        heard = w.stage2.channels
+        owned = sorted(
+            tp.partition
+            for tp in app.consumer.assignment()
+            if tp.topic == topics.SYMPTOMS and str(tp.partition) in heard
+        )
+        if not owned:
+            return
+        async with w.stage2_lock:
+            await app.producer.flush()
+            released = w.stage2.released_ns
+            for p in owned:
+                source = f"{topics.SYMPTOMS}/{p}"
+                await w.send(topics.PROGRESS, Keyed(source.encode(), encode(Watermark(source, released))))

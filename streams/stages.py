@@ -379,6 +379,16 @@ class Stage2Worker:
     def held(self) -> int:
         return len(self._held)
 
+    @property
+    def channels(self) -> frozenset[str]:
+        """The symptoms partitions heard from: those without a pod never are."""
+        return frozenset(self._channels)
+
+    @property
+    def released_ns(self) -> int:
+        """How far in event time this stage 2 has judged (0: not yet started)."""
+        return self._released_ns
+
     def hand_over(self, lost: set[str], owns: Callable[[str], bool]) -> int:
         """Forget what came from symptoms partitions another worker reads now (``lost``): their
         watermarks, which would hold every other pod back until they stall, and held symptoms of

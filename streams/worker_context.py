@@ -56,6 +56,16 @@ class WorkerOptions:
     phases_lookback: int = 10_000
     """Phases re-read at start per partition: stage 2 only needs the ones still running."""
 
+    def group_timeouts(self) -> dict[str, int]:
+        """The group timings of the worker's own aiokafka consumers (stage 1's, the jobs'), as
+        Faust's group has them: a dead worker's partitions move after ``session_timeout_s``."""
+        return {
+            "session_timeout_ms": int(self.session_timeout_s * 1000),
+            "heartbeat_interval_ms": int(max(self.session_timeout_s / 6, 0.5) * 1000),
+            "rebalance_timeout_ms": int(self.session_timeout_s * 1000),
+            "max_poll_interval_ms": int(max(self.session_timeout_s, 30.0) * 1000),
+        }
+
 
 @dataclass
 class Worker:
@@ -82,6 +92,8 @@ class Worker:
     """The last offset processed per counters partition (for the caught-up heartbeat and commits)."""
     stage1_consumer: Any = None
     """Stage 1's own consumer of ``fabric.counters`` (``stage1_agent``), beside Faust's."""
+    jobs: Any = None
+    """The job stage of the jobs this worker owns (``job_agent``), once it has started."""
 
     def __post_init__(self) -> None:
         self._deadletter = self.app.topic(topics.DEADLETTER)

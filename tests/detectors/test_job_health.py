@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers.job_scenarios import job_trace
 
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.pipeline import Pipeline
-from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.replay import replay_trace
 from fabricwatch.schemas.messages import Anomaly
 
@@ -19,36 +19,9 @@ pytestmark = pytest.mark.slow  # simulated scenarios replayed in process
 S = 1_000_000_000
 T0 = 1_767_225_600 * S
 
-SCENARIO = """\
-name: {name}
-seed: 35
-duration: {duration}
-poll_interval: 1.0
-fabric: {{leaves: 2, spines: 4, hosts_per_leaf: 8}}
-collector: {{noise: 0.03, jitter_ms: 10}}
-jobs:
-  - name: llm-a
-    hosts: 16
-    schedule:
-{schedule}
-  - name: moe-b
-    hosts: [h004, h005, h006, h012]
-    schedule:
-      - {{op: AllToAll, begin: 0, end: {duration}, load: 0.3}}
-faults:
-{faults}
-"""
-STEADY = (
-    "      - {{op: AllReduce, begin: 0, end: {duration}, load: 0.5, calls: {{bytes: 268435456, gap: 0.2}}}}"
-)
-
 
 def replayed(tmp_path: Path, name: str, faults: str, duration: int = 60, schedule: str = "") -> list[Anomaly]:
-    path = tmp_path / f"{name}.yaml"
-    schedule = schedule or STEADY.format(duration=duration)
-    path.write_text(SCENARIO.format(name=name, duration=duration, schedule=schedule, faults=faults or "  []"))
-    trace = tmp_path / f"{name}.trace.gz"
-    simulate(load_scenario(path), trace)
+    trace = job_trace(tmp_path, name, faults, duration, schedule)
     return replay_trace(trace, Pipeline(DetectorConfig())).anomalies
 
 

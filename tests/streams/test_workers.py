@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from helpers.job_scenarios import STORM, STRAGGLER, job_incidents, job_trace
 from helpers.streaming import (
     LOSSY_LINKS,
     POLL_NS,
@@ -15,6 +16,7 @@ from helpers.streaming import (
     TANSU_GROUP,
     Collector,
     Reference,
+    anomalies_in,
     demo_on_workers,
     firing,
     in_process,
@@ -25,16 +27,22 @@ from helpers.streaming import (
 from helpers.waiting import wait_for
 from kafka import KafkaProducer
 
+from fabricwatch.alerts.config import parse_alerts
+from fabricwatch.alerts.consumer import run_consumer
+from fabricwatch.alerts.receiver import WebhookReceiver
+from fabricwatch.detectors.config import DetectorConfig
+from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.local.workers import WorkerProcess
+from fabricwatch.replay import replay_trace
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import decode
 from fabricwatch.schemas.trace import TraceReader
 from fabricwatch.storage.consumer import StoreConsumer
 from fabricwatch.storage.store import Store
 from fabricwatch.streams import stage1_agent
-from fabricwatch.streams.kafka_io import ensure_topics, log_ends
-from fabricwatch.streams.traces import publish_trace
+from fabricwatch.streams.kafka_io import Publisher, ensure_topics, log_ends
+from fabricwatch.streams.traces import Pace, publish_trace
 
 pytestmark = pytest.mark.processes  # broker, workers, servers
 
@@ -88,6 +96,116 @@ def test_two_workers_find_the_lossy_links_the_in_process_replay_finds(broker, wo
     publish_trace(path, broker, speed=0)
     assert wait_for(lambda: expected.all_seen(out), 90)
     expected.assert_found(out.stop())
+
+
+def test_two_workers_tie_a_jobs_hang_to_the_storm_that_caused_it_and_page_once(broker, workers, tmp_path):
+    """Issue 35: a job spans pods, so its incidents are judged by the worker owning its phases
+    partition, against the incidents every stage 2 publishes, as far as they have all judged. The
+    storm holding the job's AllReduce is its hang's cause, as in process, and the alerter pages the
+    storm alone: the hang is muted while its cause fires. Published at twice real time, as a live
+    fabric's records come (at full speed a replay outruns the alerter's view of the storm: see
+    docs/jobs.md)."""
+    path = job_trace(tmp_path, "storm", STORM, duration=40)
+    events = replay_trace(path, Pipeline(DetectorConfig())).anomalies
+    expected = job_incidents(events, {a.fingerprint: a.kind for a in events})
+    assert ("job_hang", "firing", "llm-a", "pfc_storm") in expected
+    with WebhookReceiver() as rx:
+        stop = threading.Event()
+        alerter = threading.Thread(
+            target=run_consumer,
+            args=(broker, _page_each_alert(rx), stop, "alerts-test"),
+            kwargs={"commit_interval_s": 0.2, "drain_s": 0.3, "consumer_options": TANSU_GROUP},
+            daemon=True,
+        )
+        alerter.start()
+        for w in workers:
+            w.wait_ready()
+        out = Collector(broker, topics.ANOMALIES)
+        publish_trace(path, broker, speed=2)
+
+        def ended() -> bool:
+            got = anomalies_in(out.records)
+            return ("job_hang", "resolved") in {(a.kind, a.status) for a in got}
+
+        assert wait_for(ended, 90)
+        got = anomalies_in(out.stop())
+        assert job_incidents(got, {a.fingerprint: a.kind for a in got}) == expected
+        storm = next(a.fingerprint for a in got if a.kind == "pfc_storm")
+        assert wait_for(lambda: storm in _paged(rx), 30)
+        stop.set()
+        alerter.join(timeout=20)
+    assert _paged(rx) == {storm}, "one page for the pair: the storm's"
+
+
+def test_a_restarted_job_owner_rebuilds_the_jobs_baselines_from_the_topic(broker, tmp_path):
+    """Issue 35: a job's baselines survive a worker restart. The job's owner is restarted as one
+    of its hosts starts entering each AllReduce 50 ms late; its successor reads the job's recent
+    records again, so the slow calls meet the baseline of the fast ones before them and the
+    slowdown is found, caused by the straggler, as in process. (Without them, the first calls it
+    sees are the slow ones, its baseline: only the straggler is found, as the test shows when the
+    successor starts at the end of the partitions.)"""
+    path = job_trace(tmp_path, "straggler", STRAGGLER)
+    events = replay_trace(path, Pipeline(DetectorConfig())).anomalies
+    expected = job_incidents(events, {a.fingerprint: a.kind for a in events})
+    assert ("job_slowdown", "firing", "llm-a", "job_straggler") in expected
+    ensure_topics(broker)
+    with TraceReader(path) as reader:
+        cut_ns = next(r.ts_ns for r in reader if r.topic == topics.COUNTERS) + 30 * 10**9
+    first = WorkerProcess(broker.bootstrap, tmp_path / "first.log", SESSION_TIMEOUT_S)
+    try:
+        first.wait_ready()
+        out = Collector(broker, topics.ANOMALIES)
+        before = _publish_part(path, broker, lambda ts: ts < cut_ns, speed=8)
+        assert wait_for(lambda: first.metric("processed_total", 'what="snapshots"') >= before, 60)
+    finally:
+        first.stop()
+    second = WorkerProcess(broker.bootstrap, tmp_path / "second.log", SESSION_TIMEOUT_S)
+    try:
+        second.wait_ready()
+        _publish_part(path, broker, lambda ts: ts >= cut_ns, speed=4)
+
+        def ended() -> bool:
+            return ("job_slowdown", "resolved") in {(a.kind, a.status) for a in anomalies_in(out.records)}
+
+        assert wait_for(ended, 90)
+        got = anomalies_in(out.stop())
+    finally:
+        second.stop()
+    assert job_incidents(got, {a.fingerprint: a.kind for a in got}) == expected
+
+
+def _publish_part(path, broker, keep, speed: float = 0.0) -> int:
+    """The trace's topology and its records whose time ``keep`` takes, at ``speed`` times their
+    pace (0: at once); how many counters records went."""
+    publisher = Publisher(broker, linger_ms=0)
+    pace = Pace(speed, time.monotonic())
+    counters = 0
+    with TraceReader(path) as reader:
+        for rec in reader:
+            if rec.topic == topics.LABELS or not (rec.topic == topics.TOPOLOGY or keep(rec.ts_ns)):
+                continue
+            if speed > 0:
+                time.sleep(max(0.0, pace.due(rec.ts_ns) - time.monotonic()))
+            publisher.send(rec.topic, rec.key, rec.value(), rec.ts_ns)
+            counters += rec.topic == topics.COUNTERS
+    publisher.close()
+    return counters
+
+
+def _page_each_alert(rx: WebhookReceiver):
+    """Every alert its own group, sent at once, to one receiver."""
+    return parse_alerts(
+        {
+            "receivers": [{"name": "rx", "url": rx.url, "backoff_initial": "100ms"}],
+            "route": {"receiver": "rx", "group_by": ["..."], "group_wait": 0, "group_interval": "200ms"},
+        },
+        environ={},
+    )
+
+
+def _paged(rx: WebhookReceiver) -> set[str]:
+    """The fingerprints the receiver was told are firing."""
+    return {a["fingerprint"] for r in rx.accepted for a in r.body["alerts"] if a["status"] == "firing"}
 
 
 def test_an_upgraded_worker_starts_where_the_faust_group_of_earlier_builds_left_counters(broker, tmp_path):
