@@ -11,8 +11,11 @@ longer holds (it keeps two days) it reads the finest rollup that has it. The cha
 - heatmaps of ports x time for transmit utilisation and pause time;
 - per job (the ones that moved the most bytes): its collectives over time above the leaf ports its
   hosts are cabled to (utilisation, pause, ECN, queue), anomalies shaded on both, so an incident
-  shows which collective was running when it began; and its host-pair heat map, the connections
-  its communication graphs open from host to host.
+  shows which collective was running when it began; where its calls are timed, their median bus
+  bandwidth and call time per collective and message size in between; and its host-pair heat
+  map, the connections its communication graphs open from host to host;
+- in the incidents table, what each fabric incident cost the jobs it names (the bus bandwidth of
+  their calls while it was open against the minute before).
 
 Rates are bucketed so a chart has at most ``max_points`` points whatever the range, each drawn as a
 step over its bucket (a peak shows where it happened); matplotlib runs on its Agg backend.
@@ -33,7 +36,9 @@ import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
 import numpy as np
 
+from fabricwatch.detectors.job_stage import JOB_KINDS
 from fabricwatch.detectors.registry import REGISTRY
+from fabricwatch.schemas.bandwidth import bucket_name
 from fabricwatch.storage import queries
 from fabricwatch.storage.queries import Grid, Incident, Series, Store, when
 
@@ -103,12 +108,18 @@ def write_report(
         roots = {(i.root_device, i.root_port) for i in incidents if job in i.jobs}
         ports = sorted(queries.host_ports(store, hosts), key=lambda p: (p not in roots, p))[:max_ports]
         series = {p: queries.port_series(store, src, *p, lo, hi, bucket_ns) for p in ports}
+        calls = queries.job_calls(store, job, lo, hi, bucket_ns)
         path = out_dir / f"job-{_slug(job)}-timeline.png"
-        wrote(_job_timeline(job, phases, series, incidents, path, size_px))
+        wrote(_job_timeline(job, phases, calls, series, incidents, path, size_px))
         pairs = queries.host_pairs(store, job)
         if pairs:
             wrote(_pairs_chart(job, pairs, out_dir / f"job-{_slug(job)}-host-pairs.png", size_px))
-    written.append(_index(out_dir, written, incidents, lo, hi))
+    costs = {
+        (i.fingerprint, i.start_ns): queries.job_costs(store, i)
+        for i in incidents
+        if i.jobs and i.kind not in JOB_KINDS
+    }
+    written.append(_index(out_dir, written, incidents, costs, lo, hi))
     return written
 
 
@@ -242,13 +253,15 @@ def _heatmap_chart(grid: Grid, title: str, path: Path, size_px: tuple[int, int])
 def _job_timeline(
     job: str,
     phases: list[queries.JobPhase],
+    calls: list[queries.CallSeries],
     ports: dict[tuple[str, str], Series],
     incidents: list[Incident],
     path: Path,
     size_px: tuple[int, int],
 ) -> Path:
-    """The job's collectives, one row per collective, over the metrics of the ports its hosts use."""
-    fig, axes = _figure(size_px, 5)
+    """The job's collectives, one row per collective, over the metrics of the ports its hosts use;
+    where its calls are timed, their bus bandwidth and time between the two."""
+    fig, axes = _figure(size_px, 7 if calls else 5)
     ops = sorted({ph.op for ph in phases})
     for row, op in enumerate(ops):
         spans = [
@@ -260,13 +273,15 @@ def _job_timeline(
     axes[0].set_yticks(range(len(ops)))
     axes[0].set_yticklabels(ops, fontsize="small")
     axes[0].set_ylim(-0.6, max(len(ops), 1) - 0.4)
+    if calls:
+        _call_panels(axes[1], axes[2], calls)
     panels = (
         ("utilisation\n(tx %)", "tx_util", 100.0),
         ("paused by peer\n(%)", "rx_pause_frac", 100.0),
         ("ECN marks\n(packets/s)", "ecn_marked_pps", 1.0),
         ("queue\n(KB)", "queue_bytes_max", 1e-3),
     )
-    for ax, (label, metric, scale) in zip(axes[1:], panels, strict=True):
+    for ax, (label, metric, scale) in zip(axes[3 if calls else 1 :], panels, strict=True):
         for (device, port), series in ports.items():
             values = series.columns[metric] * scale
             if np.isfinite(values).any():
@@ -274,8 +289,9 @@ def _job_timeline(
         ax.set_ylabel(label, fontsize="small")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-    if axes[1].get_legend_handles_labels()[0]:
-        axes[1].legend(loc="upper right", fontsize="x-small", ncol=min(len(ports), 4))
+    first_port = axes[3 if calls else 1]
+    if first_port.get_legend_handles_labels()[0]:
+        first_port.legend(loc="upper right", fontsize="x-small", ncol=min(len(ports), 4))
     devices = {d for d, _ in ports}
     hosts = {h for ph in phases for h in ph.hosts}
 
@@ -292,6 +308,19 @@ def _job_timeline(
     _time_axis(axes[-1])
     fig.tight_layout()
     return _save(fig, path)
+
+
+def _call_panels(bw: Any, dur: Any, calls: list[queries.CallSeries]) -> None:
+    """Median bus bandwidth and call time of each (collective, message size) per time bucket."""
+    for c in calls:
+        label = f"{c.op} {bucket_name(c.size_bucket)}" + (" (upper bound)" if c.upper_bound else "")
+        bw.plot(c.times, c.busbw, label=label, lw=1.0, drawstyle="steps-post")
+        dur.plot(c.times, c.dur_ms, label=label, lw=1.0, drawstyle="steps-post")
+    for ax, label in ((bw, "bus bandwidth\n(GB/s)"), (dur, "call time\n(ms)")):
+        ax.set_ylabel(label, fontsize="small")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    bw.legend(loc="upper right", fontsize="x-small", ncol=min(len(calls), 4))
 
 
 def _span_days(ph: queries.JobPhase) -> float:
@@ -323,7 +352,14 @@ def _pairs_chart(job: str, pairs: dict[tuple[str, str], int], path: Path, size_p
 # -- index ---------------------------------------------------------------------------------------
 
 
-def _index(out_dir: Path, charts: list[Path], incidents: list[Incident], lo: int, hi: int) -> Path:
+def _index(
+    out_dir: Path,
+    charts: list[Path],
+    incidents: list[Incident],
+    costs: dict[tuple[str, int], list[str]],
+    lo: int,
+    hi: int,
+) -> Path:
     rows = "\n".join(
         "<tr>"
         + "".join(
@@ -337,6 +373,7 @@ def _index(out_dir: Path, charts: list[Path], incidents: list[Incident], lo: int
                 i.root,
                 ", ".join(i.jobs),
                 i.summary,
+                "; ".join(costs.get((i.fingerprint, i.start_ns), [])),
             )
         )
         + "</tr>"
@@ -357,7 +394,7 @@ td,th{{border:1px solid #ccc;padding:2px 6px;font-size:small}}</style></head>
 pfc_storm red, incast orange, ecmp_collapse purple, outlier grey.</p>
 <h2>Incidents</h2>
 <table><tr><th>start</th><th>end</th><th>kind</th><th>severity</th><th>status</th><th>root</th><th>jobs</th>
-<th>summary</th></tr>
+<th>summary</th><th>what it cost the jobs</th></tr>
 {rows}
 </table>
 <h2>Charts</h2>

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from fabricwatch.schemas.bandwidth import bucket_name
 from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, Anomaly, RootCause
 from fabricwatch.storage.backends import lit
 from fabricwatch.storage.schema import ROLLUPS
@@ -348,6 +349,87 @@ def job_phases(store: Store, job: str, lo: int, hi: int) -> list[JobPhase]:
         "ORDER BY begin_ns, op, comm"
     )
     return [JobPhase(r[0], r[1], int(r[2]), int(r[3]), int(r[4]), tuple(r[5])) for r in rows]
+
+
+@dataclass(frozen=True)
+class CallSeries:
+    """One collective of a job at one message size (``schemas/bandwidth.size_bucket``), bucketed
+    in time: the median of its ranks' call times and bus bandwidths in each bucket."""
+
+    op: str
+    size_bucket: int
+    times: np.ndarray
+    dur_ms: np.ndarray
+    busbw: np.ndarray
+    """GB/s (1e9 bytes a second), as nccl-tests prints it."""
+    upper_bound: bool
+    """The times include waiting to start (the Flight Recorder's): upper bounds."""
+
+
+_CALLS = (
+    "(SELECT DISTINCT job, comm, op, rank, begin_ns, dur_ns, size_bucket, busbw, upper_bound "
+    "FROM collective_calls WHERE {where})"
+)
+"""A job's calls, each once: the table merges a call stored twice only lazily."""
+
+
+def job_calls(store: Store, job: str, lo: int, hi: int, bucket_ns: int, limit: int = 4) -> list[CallSeries]:
+    """A job's timed collectives in the range: for each of its ``limit`` (collective, message size)
+    seen in the most time buckets, the median time and bus bandwidth per bucket. Empty when its source
+    timed nothing (an NCCL log gives phases, no durations)."""
+    calls = _CALLS.format(where=f"job = {lit(job)} AND begin_ns BETWEEN {lo} AND {hi}")
+    rows = store.query(
+        f"SELECT op, size_bucket, intDiv(begin_ns, {bucket_ns}) * {bucket_ns} AS t, "
+        "quantile(0.5)(dur_ns) / 1e6, quantile(0.5)(busbw), max(upper_bound) "
+        f"FROM {calls} GROUP BY op, size_bucket, t ORDER BY op, size_bucket, t"
+    )
+    by_call: dict[tuple[str, int], list[tuple]] = defaultdict(list)
+    for r in rows:
+        by_call[(r[0], int(r[1]))].append(r)
+    busiest = sorted(by_call, key=lambda k: (-len(by_call[k]), k))[:limit]
+    out = []
+    for op, bucket in sorted(busiest):
+        rs = by_call[(op, bucket)]
+        out.append(
+            CallSeries(
+                op,
+                bucket,
+                np.array([int(r[2]) for r in rs], dtype="datetime64[ns]"),
+                np.array([float(r[3]) for r in rs]),
+                np.array([float(r[4]) for r in rs]),
+                any(bool(r[5]) for r in rs),
+            )
+        )
+    return out
+
+
+COST_MIN_CALLS = 5
+"""Calls of a (collective, size) needed before and during an incident to say what it cost."""
+
+
+def job_costs(store: Store, incident: Incident, before_ns: int = 60_000_000_000) -> list[str]:
+    """What a fabric incident cost each job it names: per job, the (collective, message size)
+    whose median bus bandwidth while the incident was open moved most from the ``before_ns``
+    before it began ("llm-a AllReduce 256 MiB: bus bandwidth -38 % while open"). Nothing for a
+    job whose calls are not timed, or too few on either side (``COST_MIN_CALLS``)."""
+    out = []
+    s, e = incident.start_ns, max(incident.end_ns, incident.start_ns)
+    for job in incident.jobs:
+        calls = _CALLS.format(where=f"job = {lit(job)} AND begin_ns BETWEEN {s - before_ns} AND {e}")
+        rows = store.query(
+            f"SELECT op, size_bucket, quantileIf(0.5)(busbw, begin_ns >= {s}), countIf(begin_ns >= {s}), "
+            f"quantileIf(0.5)(busbw, begin_ns < {s}), countIf(begin_ns < {s}) FROM {calls} "
+            "GROUP BY op, size_bucket"
+        )
+        moved = [
+            (float(r[2]) / float(r[4]) - 1.0, r[0], int(r[1]))
+            for r in rows
+            if min(int(r[3]), int(r[5])) >= COST_MIN_CALLS and float(r[4]) > 0
+        ]
+        if moved:
+            change, op, bucket = min(moved, key=lambda m: (-abs(m[0]), m[1], m[2]))
+            out.append(f"{job} {op} {bucket_name(bucket)}: bus bandwidth {change:+.0%} while open")
+    return out
 
 
 def host_ports(store: Store, hosts: set[str]) -> list[tuple[str, str]]:

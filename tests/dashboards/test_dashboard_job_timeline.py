@@ -1,6 +1,7 @@
 """The job-timeline dashboard on the demo's store plus one job whose NCCL INIT lines were read (the
-real nccl-tests#350 log and its peer's mirror image); ``test_dashboards.py`` checks it on the demo
-alone, whose simulated jobs publish graphs made from their flows."""
+real nccl-tests#350 log and its peer's mirror image) and the NCCL Inspector README's two timed
+records; ``test_dashboards.py`` checks it on the demo alone, whose simulated jobs publish graphs
+made from their flows."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from helpers.dashboard_queries import (
     run_panel,
     stored_span,
 )
+from helpers.job_records import inspector_example_calls
 from helpers.replayed_store import replay_into_store
 
 from fabricwatch.dashboards.macros import QueryContext, expand
@@ -30,6 +32,8 @@ def store(tmp_path_factory):
     lo = int(filled.query("SELECT min(begin_ns) FROM phases")[0][0])
     with Sink(filled) as sink:
         for msg in stored_gather(lo):
+            sink.add(msg)
+        for msg in inspector_example_calls("inspector-example", lo):
             sink.add(msg)
     yield filled
     filled.close()
@@ -57,6 +61,22 @@ def test_the_incast_job_s_ports_include_the_victim_port_and_its_reduce_runs(stor
     assert "leaf01:Ethernet8" in {r[1] for r in ports}, "the incast's root faces a host of moe-b"
     running = run_panel(store, span, UID, _title("Collectives"), job=["moe-b"])
     assert any(r[1].startswith("moe-b Reduce ") and r[2] == 1 for r in running)
+
+
+def test_the_call_panels_give_the_inspector_s_own_bandwidths_and_times(store):
+    """Issue 35: bus bandwidth and call time as the job's records give them (the Inspector computed
+    485.119099 and 366.134533 GB/s for its README's two calls: one rank's record each)."""
+    span = stored_span(store)
+    bw = run_panel(store, span, UID, _title("Bus bandwidth"), job=["inspector-example"])
+    assert {r[1]: round(r[2], 6) for r in bw} == {
+        "inspector-example AllReduce 16.00 GiB": 485.119099,
+        "inspector-example ReduceScatter 2.00 GiB": 366.134533,
+    }
+    times = run_panel(store, span, UID, _title("Time of"), job=["inspector-example"])
+    assert {r[1]: (r[2], r[3]) for r in times} == {
+        "inspector-example AllReduce 16.00 GiB": (61.974, 61.974),
+        "inspector-example ReduceScatter 2.00 GiB": (41.057, 41.057),
+    }
 
 
 def _title(prefix: str) -> str:

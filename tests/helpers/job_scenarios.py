@@ -37,14 +37,22 @@ STEADY = (
 )
 
 
-def job_trace(tmp_path: Path, name: str, faults: str, duration: int = 60, schedule: str = "") -> Path:
+def job_trace(
+    tmp_path: Path,
+    name: str,
+    faults: str,
+    duration: int = 60,
+    schedule: str = "",
+    start_ns: int | None = None,
+) -> Path:
     """The scenario simulated to ``<name>.trace.gz``: llm-a's steady AllReduces unless ``schedule``
-    says otherwise, moe-b's AllToAll beside it, ``faults`` (YAML list items) in both."""
+    says otherwise, moe-b's AllToAll beside it, ``faults`` (YAML list items) in both; from
+    ``start_ns`` if given (a store's raw table expires what is two days old)."""
     path = tmp_path / f"{name}.yaml"
     schedule = schedule or STEADY.format(duration=duration)
     path.write_text(SCENARIO.format(name=name, duration=duration, schedule=schedule, faults=faults or "  []"))
     trace = tmp_path / f"{name}.trace.gz"
-    simulate(load_scenario(path), trace)
+    simulate(load_scenario(path, {} if start_ns is None else {"start_time": start_ns}), trace)
     return trace
 
 
