@@ -92,6 +92,8 @@ def wire(w: Worker, client_kwargs: dict[str, Any]) -> None:
                 for a in w.jobs.advance(wall):
                     await w.send(topics.ANOMALIES, Keyed(a.fingerprint.encode(), encode(a)))
                     w.progress.processed("anomalies", 1)
+                if w.jobs.now_ns and (change := w.progress.input_age("jobs", w.jobs.now_ns / 1e9)):
+                    log.warning("%s", change)  # /healthz says how far behind the jobs are judged
         finally:
             await phases.stop()
             await fabric.stop()

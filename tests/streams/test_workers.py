@@ -69,7 +69,7 @@ def test_two_workers_find_what_the_in_process_replay_finds(broker, workers, tmp_
         status, body = w.get("healthz")
         assert status == 200, body
         stages |= json.loads(body)["stages"].keys()
-    assert stages == {"stage1", "stage2"}  # how old each stage's input was, for an operator
+    assert stages == {"stage1", "stage2", "jobs"}  # how far behind each stage is, for an operator
     snapshots = sum(w.metric("processed_total", 'what="snapshots"') for w in workers)
     assert snapshots >= published.records - 100  # every counters record, less phases and topology
 
