@@ -50,14 +50,8 @@ def wire(w: Worker, client_kwargs: dict[str, Any]) -> None:
         await fabric.start()
         await fabric.topics()
         w.jobs = JobWorker(opts.config, stall_after_s=opts.stall_source_s)
-        incidents = [
-            TopicPartition(topics.ANOMALIES, p)
-            for p in sorted(fabric.partitions_for_topic(topics.ANOMALIES) or [])
-        ]
-        progress = [
-            TopicPartition(topics.PROGRESS, p)
-            for p in sorted(fabric.partitions_for_topic(topics.PROGRESS) or [])
-        ]
+        incidents = _partitions(fabric, topics.ANOMALIES)
+        progress = _partitions(fabric, topics.PROGRESS)
         fabric.assign(incidents + progress)
         ends = await fabric.end_offsets(incidents + progress)
         for tp in incidents:

@@ -23,8 +23,17 @@ MAX_STEPS = 600
 
 
 class JobWorker:
-    def __init__(self, config: Any, startup_wait_s: float = 5.0, stall_after_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        config: Any,
+        startup_wait_s: float = 5.0,
+        stall_after_s: float = 30.0,
+        max_held: int = 200_000,
+    ) -> None:
         self.core = JobStage(config)
+        self.max_held = max_held
+        """Past this many held, the oldest are taken whatever the fabric's progress: a fabric no
+        stage 2 says anything of (no counters) must not grow the job stage without end."""
         self.startup_wait_s = startup_wait_s
         """How long after the first progress heard the job stage waits for every stage 2's."""
         self.stall_after_s = stall_after_s
@@ -62,7 +71,7 @@ class JobWorker:
             self._first_heard = wall
         self._progress[mark.source] = (max(mark.ts_ns, known[0] if known else 0), wall)
 
-    def forget(self, jobs: set[str]) -> list[Anomaly]:
+    def forget(self, jobs: set[str]) -> None:
         """Jobs another worker owns now: their calls and incidents are its to judge. Nothing is
         resolved: the new owner reads the jobs' recent records again and carries them on."""
         self._held = [
@@ -70,15 +79,14 @@ class JobWorker:
         ]
         heapq.heapify(self._held)
         self.core.forget(jobs)
-        return []
 
     def advance(self, wall: float) -> list[Anomaly]:
         """Take what the fabric's progress has passed, in time order, judging the jobs between."""
         fabric_ns = self._fabric_ns(wall)
-        if fabric_ns is None:
-            return []
         fired: list[Anomaly] = []
-        while self._held and self._held[0][0] <= fabric_ns:
+        while self._held and (
+            (fabric_ns is not None and self._held[0][0] <= fabric_ns) or len(self._held) > self.max_held
+        ):
             ts_ns, _, msg = heapq.heappop(self._held)
             fired += self._judge_until(ts_ns)
             if isinstance(msg, Collectives):
@@ -87,7 +95,7 @@ class JobWorker:
                 self.core.on_phase(msg)
             else:
                 self.core.on_fabric([msg])
-        return fired + self._judge_until(fabric_ns)
+        return fired if fabric_ns is None else fired + self._judge_until(fabric_ns)
 
     def _fabric_ns(self, wall: float) -> int | None:
         """The slowest symptoms partition's progress, of those heard within ``stall_after_s`` (one

@@ -74,3 +74,16 @@ def test_the_job_stage_waits_for_the_stage_2s_that_have_not_spoken_yet(tmp_path)
     jobs.on_progress(Watermark("s/0", 2**62), 40.0)
     jobs.advance(40.0)
     assert jobs.held == 0, "a stage 2 silent for stall_after_s holds nothing back"
+
+
+def test_calls_no_stage_2_speaks_of_are_held_within_a_bound(tmp_path):
+    """A fabric with jobs but no stage 2 progress (no counters published) does not grow the job
+    stage without end: past ``max_held`` the oldest are taken."""
+    jobs = JobWorker(DetectorConfig(), max_held=10)
+    path = job_trace(tmp_path, "quiet", "", duration=20)
+    with TraceReader(path) as reader:
+        for rec in reader:
+            if rec.topic == topics.PHASES:
+                jobs.on_phase(decode(rec.value(), PhaseMessage), rec.ts_ns)
+                jobs.advance(0.0)
+    assert jobs.held == 10
