@@ -16,6 +16,7 @@ sends the mark, so none that the mark covers is still unread.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -105,9 +106,8 @@ class _Owners(ConsumerRebalanceListener):
     def read(self, tp: TopicPartition, record: Any, w: Worker) -> None:
         try:
             msg = decode(record.value, PhaseMessage)  # type: ignore[arg-type]
-        except DecodeError as exc:
-            w.progress.dead_letter(str(exc))
-            return
+        except DecodeError:
+            return  # counted and said once, by the worker's phases reader (``broadcast``)
         self._jobs.setdefault(tp, set()).add(msg.job)
         w.jobs.on_phase(msg, record.timestamp * 1_000_000)
 
@@ -130,15 +130,14 @@ def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
 
 
 def _incident(value: bytes, w: Worker) -> None:
-    try:
+    """An incident event; a malformed one is counted and said by the sink and the alerter, whose
+    input it is, not again here."""
+    with contextlib.suppress(DecodeError):
         w.jobs.on_anomaly(decode(value, Anomaly))  # type: ignore[arg-type]
-    except DecodeError as exc:
-        w.progress.dead_letter(str(exc))
 
 
 def _mark(value: bytes, w: Worker) -> Watermark | None:
     try:
         return decode(value, Watermark)  # type: ignore[arg-type]
-    except DecodeError as exc:
-        w.progress.dead_letter(str(exc))
-        return None
+    except DecodeError:
+        return None  # not stage 2's: nothing the job stage can wait for

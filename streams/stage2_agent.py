@@ -6,6 +6,7 @@ fingerprint, so consumers remove duplicates by it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -74,7 +75,10 @@ def wire(w: Worker) -> None:
         if not owned:
             return
         async with w.stage2_lock:
-            await app.producer.flush()
+            try:
+                await asyncio.wait_for(app.producer.flush(), PROGRESS_EVERY_S * 4)
+            except TimeoutError:
+                return  # a broker away: say nothing rather than hold stage 2 waiting for it
             released = w.stage2.released_ns
             for p in owned:
                 source = f"{topics.SYMPTOMS}/{p}"
