@@ -64,12 +64,18 @@ def test_two_workers_find_what_the_in_process_replay_finds(broker, workers, tmp_
     assert got.keys() == expected.keys(), (sorted(got), sorted(expected))
     for key, start in expected.items():
         assert abs(got[key] - start) <= POLL_NS, key
-    stages = set()
-    for w in workers:
-        status, body = w.get("healthz")
-        assert status == 200, body
-        stages |= json.loads(body)["stages"].keys()
-    assert stages == {"stage1", "stage2", "jobs"}  # how far behind each stage is, for an operator
+
+    def stages() -> set[str]:
+        seen: set[str] = set()
+        for w in workers:
+            status, body = w.get("healthz")
+            assert status == 200, body
+            seen |= json.loads(body)["stages"].keys()
+        return seen
+
+    # How far behind each stage is, for an operator. The job stage says so once it judges: 5 s
+    # after stage 2's first progress mark, which may be after the trace's incidents are all out.
+    assert wait_for(lambda: stages() == {"stage1", "stage2", "jobs"}, 30, 0.5), stages()
     snapshots = sum(w.metric("processed_total", 'what="snapshots"') for w in workers)
     assert snapshots >= published.records - 100  # every counters record, less phases and topology
 
