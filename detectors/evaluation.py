@@ -8,7 +8,11 @@ kind run at once, an incident at one's root is not evidence for the other (two f
 one incident find one of them), and a label's delay is its own root's incident's when it has one.
 An incident that overlaps no label is a false alert; benign look-alike labels never match anything.
 An incident that fired linked to the incident causing it (``Anomaly.caused_by``: drops at an
-incast's queue) is part of that one's alert and is not scored on its own.
+incast's queue) is part of that one's alert and is never a false alert. It is scored only where
+the trace labels effects of its kind (a label with a ``cause``: a job slowed by a storm at its
+NIC): it is then found like any incident, localised when the incident it is linked to is the
+labelled cause's (its kind, at its root), and counts against its kind's precision when it is no
+labelled effect. Elsewhere it rides with its cause, unscored.
 """
 
 from __future__ import annotations
@@ -135,10 +139,21 @@ def evaluate(
 ) -> Evaluation:
     """``context``: every label of the trace, where ``labels`` are some of them (one label scored
     alone still knows which incidents belong to the faults beside it)."""
-    # An incident another causes fired linked to it: part of its cause's alert, never paged alone.
-    incidents = [i for i in incidents_of(anomalies) if not i.caused_by]
     faults = [lb for lb in labels if lb.kind != "benign"]
     beside = [lb for lb in (context if context is not None else labels) if lb.kind != "benign"]
+    every = incidents_of(anomalies)
+    by_fingerprint = {i.fingerprint: i for i in every}
+    effects = {lb.kind for lb in beside if lb.cause is not None}
+    incidents = [i for i in every if not i.caused_by or i.kind in effects]
+
+    def localised(inc: Incident, lb: Label) -> bool:
+        if not _same_root(inc.root, lb.root):
+            return False
+        if lb.cause is None:
+            return True
+        cause = by_fingerprint.get(inc.caused_by)
+        return cause is not None and cause.kind == lb.cause.kind and _same_root(cause.root, lb.cause.root)
+
     grace = int(2 * poll_s * _NS)
     kinds: dict[str, KindScore] = {}
     credited: set[int] = set()
@@ -164,7 +179,7 @@ def evaluate(
         claimed.update(hits)
         if not hits:
             continue
-        at_root = [i for i in hits if _same_root(incidents[i].root, lb.root)]
+        at_root = [i for i in hits if localised(incidents[i], lb)]
         best = min(at_root or hits, key=lambda i: incidents[i].first_alert_ns)
         credited.add(best)
         score.detected += 1
@@ -176,7 +191,8 @@ def evaluate(
         score.incidents += 1
         score.true_incidents += i in credited
         score.duplicates += i in claimed and i not in credited
-    false_alerts = len(incidents) - len(overlapping)
+    # An incident another causes fired linked to it: part of its cause's alert, never paged alone.
+    false_alerts = sum(not inc.caused_by and i not in overlapping for i, inc in enumerate(incidents))
     return Evaluation(kinds, false_alerts, duration_s / 3600)
 
 

@@ -373,6 +373,13 @@ class RatesBatch(msgspec.Struct, tag="rates_batch", tag_field="type", omit_defau
         ]
 
 
+class Cause(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The fault another fault is the effect of, as its label names it: its kind and root."""
+
+    kind: str
+    root: RootCause
+
+
 class Label(msgspec.Struct, tag="label", tag_field="type", omit_defaults=True):
     """Ground truth for a trace: a fault (or a benign look-alike, kind ``benign``) and its root."""
 
@@ -386,6 +393,9 @@ class Label(msgspec.Struct, tag="label", tag_field="type", omit_defaults=True):
     severity: Literal["", "warning", "critical"] = ""
     """The severity the fault deserves where it is not the kind's usual one: an ECMP collapse
     below saturation is a ``warning`` (found later, after it has lasted)."""
+    cause: Cause | None = None
+    """An effect's cause (a job slowed by a storm at its NIC): the incident found for this label
+    is localised when it fired linked to the incident of that cause (``Anomaly.caused_by``)."""
     v: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:

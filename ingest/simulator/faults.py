@@ -24,7 +24,7 @@ from fabricwatch.ingest.simulator.traffic import (
     make_activity,
     select_hosts,
 )
-from fabricwatch.schemas.messages import Label, RootCause
+from fabricwatch.schemas.messages import Cause, Label, RootCause
 
 LOSSLESS_PRIORITY = 3
 STORM_HOPS = 4  # enough to cross a two-tier fabric: leaf, spine, far leaf, far NICs
@@ -93,8 +93,50 @@ def plan_faults(sc: Scenario, fabric: Fabric, jobs: list[ActivityRun]) -> FaultP
             continue  # a run cut short (duration override) never reaches this fault
         end = min(fault.start + fault.duration, sc.duration)
         job = getattr(fault, "job", "") or f"{fault.__struct_config__.tag}-{i}"
-        plan.labels.append(_ADDERS[type(fault)](context, fault, i, job, end))
+        label = _ADDERS[type(fault)](context, fault, i, job, end)
+        plan.labels += [label, *_job_effects(context, fault, label)]
     return plan
+
+
+def _job_effects(c: _Context, fault: fault_kinds.Fault, cause: Label) -> list[Label]:
+    """What the fault does to the timed calls (``calls.py``) of the jobs it touches, each labelled
+    as its effect: a NIC or a switch egress that stops draining stops every ring through it (a
+    hang: the suite's storms outlast the hang bound), an incast into a job's host slows the
+    job's flows into it, a straggler slows its own job. Jobs without timed calls have nothing to
+    show; other faults' effects on calls are not labelled (no scenario times calls beside them)."""
+    if isinstance(fault, fault_kinds.PfcStorm):
+        nic = c.fabric.nic_index(fault.root)
+        kind, hosts, only = "job_hang", {c.fabric.hosts[int(c.fabric.nic_host[nic])]}, ""
+    elif isinstance(fault, fault_kinds.SwitchStall):
+        kind, hosts, only = "job_hang", {fault.toward}, ""
+    elif isinstance(fault, fault_kinds.Incast):
+        kind, hosts, only = "job_slowdown", {fault.receiver}, ""
+    elif isinstance(fault, fault_kinds.Straggler):
+        kind, hosts, only = "job_slowdown", {fault.host}, fault.job
+    else:
+        return []
+    start_s, end_s = (cause.start_ns - c.sc.start_ns) / NS, (cause.end_ns - c.sc.start_ns) / NS
+    spans: dict[str, tuple[float, float]] = {}
+    for a in c.jobs:
+        if not (a.calls and a.phase and hosts & set(a.phase.hosts) and _overlaps(a, start_s, end_s)):
+            continue
+        if only and a.job != only:
+            continue
+        first, last = spans.get(a.job, (end_s, start_s))
+        spans[a.job] = (
+            min(first, max(start_s, float(a.starts[0]))),
+            max(last, min(end_s, float(a.ends[-1]))),
+        )
+    what = "stop" if kind == "job_hang" else "slow down"
+    return [
+        msgspec.structs.replace(
+            _label(
+                c.sc, kind, first, last, RootCause(job, group=f"job:{job}"), [job], f"{job}'s calls {what}"
+            ),
+            cause=Cause(cause.kind, cause.root),
+        )
+        for job, (first, last) in sorted(spans.items())
+    ]
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from fabricwatch.detectors.evaluation import evaluate
-from fabricwatch.schemas.messages import Anomaly, Label, RootCause
+from fabricwatch.schemas.messages import Anomaly, Cause, Label, RootCause
 
 S = 1_000_000_000
 ROOT = RootCause("leaf0", "Ethernet0", 3)
@@ -77,3 +79,54 @@ def test_a_label_scored_alone_knows_the_faults_beside_it():
     assert alone.duplicates == 1, "without the context, the first fault's incident looks like a duplicate"
     among = evaluate(both, labels[1:], poll_s=1.0, duration_s=3600, context=labels).kinds["incast"]
     assert (among.detected, among.localised, among.duplicates) == (1, 1, 0)
+
+
+def test_an_effect_is_localised_by_the_incident_it_is_linked_to_and_never_pages_alone():
+    """Issue 35: a job slowed by an incast at its host is found when a slowdown of the job fires,
+    localised only when it fired linked to that incast's incident; a linked slowdown that is no
+    labelled effect lowers the kind's precision, but pages with its cause, so is no false alert."""
+    job = RootCause("llm-a", group="job:llm-a")
+    labels = [
+        Label("incast", 10 * S, 30 * S, ROOT),
+        Label("job_slowdown", 10 * S, 30 * S, job, cause=Cause("incast", ROOT)),
+    ]
+
+    def slowdown(fp: str, cause: str, at: int) -> list[Anomaly]:
+        start = event(fp, "firing", at * S, at * S, job, "job_slowdown")
+        return [
+            msgspec.structs.replace(start, caused_by=cause),
+            event(fp, "resolved", (at + 20) * S, at * S, job),
+        ]
+
+    incast = [event("i", "firing", 12 * S, 11 * S), event("i", "resolved", 31 * S, 11 * S)]
+    elsewhere = RootCause("leaf1", "Ethernet0", 3)
+    other = [
+        event("o", "firing", 12 * S, 11 * S, elsewhere),
+        event("o", "resolved", 31 * S, 11 * S, elsewhere),
+    ]
+
+    right = evaluate([*incast, *other, *slowdown("s", "i", 13)], labels, poll_s=1.0, duration_s=60)
+    s = right.kinds["job_slowdown"]
+    assert (s.detected, s.localised, s.precision, s.delays_s) == (1, 1, 1.0, [3.0])
+
+    wrong = evaluate([*incast, *other, *slowdown("s", "o", 13)], labels, poll_s=1.0, duration_s=60)
+    s = wrong.kinds["job_slowdown"]
+    assert (s.detected, s.localised) == (1, 0)
+
+    later = [
+        event("x", "firing", 101 * S, 100 * S, elsewhere),
+        event("x", "resolved", 120 * S, 100 * S, elsewhere),
+    ]
+    stray = evaluate([*incast, *later, *slowdown("s", "i", 13), *slowdown("t", "x", 101)], labels, 1.0, 200)
+    s = stray.kinds["job_slowdown"]
+    assert (s.incidents, s.true_incidents, s.precision) == (2, 1, 0.5)
+    assert stray.false_alerts == 1  # the incast at leaf1, not the slowdown linked to it
+
+
+def test_linked_incidents_of_a_kind_whose_effects_are_not_labelled_ride_with_their_cause():
+    drops = [
+        msgspec.structs.replace(event("d", "firing", 12 * S, 11 * S, kind="drops"), caused_by="i"),
+        event("i", "firing", 12 * S, 11 * S),
+    ]
+    ev = evaluate(drops, [Label("incast", 10 * S, 30 * S, ROOT)], poll_s=1.0, duration_s=60)
+    assert "drops" not in ev.kinds and ev.false_alerts == 0
