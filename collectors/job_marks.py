@@ -5,7 +5,7 @@ COLL lines: ``import fabricwatch.phases`` (no torch, nothing heavy until publish
 
     phases.start(job="llama-70b")                 # broker from FABRICWATCH_BROKER, or out="x.trace"
     for step in range(steps):
-        phases.step(step)                          # optional: incidents then name the step
+        phases.step(step)                          # optional: step time; incidents name the step
         phases.collective("AllReduce", nbytes=grad_bytes, comm="dp")
         ...
     phases.stop()                                   # sends what is open
@@ -29,8 +29,9 @@ from typing import Any
 
 from fabricwatch.ingest.phases.coalescer import PhaseCoalescer
 from fabricwatch.ingest.phases.nccl_log import KNOWN_OPS, CollCall, CommInit
+from fabricwatch.ingest.phases.steps import StepMark, step_messages
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import Phase, encode
+from fabricwatch.schemas.messages import PhaseMessage, encode, phase_time
 
 _STEP = "step"
 """A step mark in the queue, beside the collectives (whose names are NCCL's, never this)."""
@@ -66,6 +67,8 @@ class _Marks:
         self._comms: set[str] = set()
         self.steps = 0
         """The step ``step()`` marks when not told."""
+        self._step: tuple[int, int] | None = None
+        """The step running: its number and when it was marked."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fabricwatch-phases", daemon=True)
         self._thread.start()
@@ -75,21 +78,28 @@ class _Marks:
             self._send(self._drain() + self._coalescer.due(time.time_ns()))
         self._send(self._drain() + self._coalescer.close_all())
 
-    def _drain(self) -> list[Phase]:
-        closed: list[Phase] = []
+    def _drain(self) -> list[PhaseMessage]:
+        """The phases the marks closed, and the steps that ended (a step ends when the next is
+        marked: its time is the gap between the two marks; the last one marked has none yet)."""
+        closed: list[PhaseMessage] = []
+        steps: list[StepMark] = []
         popleft = self.queue.popleft
         while self.queue:
             op, nbytes, comm, ts = popleft()
             if op == _STEP:
                 self._coalescer.step = nbytes
+                if self._step is not None and ts > self._step[1]:
+                    n, began = self._step
+                    steps.append(StepMark(self.host, self.rank, n, began, ts - began, None, None))
+                self._step = (nbytes, ts)
                 continue
             if comm not in self._comms:
                 self._comms.add(comm)
                 self._coalescer.init(CommInit(self.host, self.pid, comm, self.rank, 0, comm))
             closed += self._coalescer.call(CollCall(self.host, self.pid, comm, op, nbytes, 0, 0, ts), ts)
-        return closed
+        return closed + step_messages(self._coalescer.job, self._coalescer.source, steps)
 
-    def _send(self, phases: list[Phase]) -> None:
+    def _send(self, phases: list[PhaseMessage]) -> None:
         """Hand phases over, connecting first if need be: in this thread, so a broker that is away
         costs it, never the training loop. What cannot be handed over is counted as lost."""
         if not phases:
@@ -146,7 +156,7 @@ def _output(broker: str | None, out: str | None) -> Any:
             from fabricwatch.schemas.trace import TraceWriter
 
             writer = TraceWriter(out, "fabricwatch.phases", time.time_ns(), {})
-            return (lambda ph: writer.write_message(topics.PHASES, ph.job, ph.begin_ns, ph)), writer.close
+            return (lambda ph: writer.write_message(topics.PHASES, ph.job, phase_time(ph), ph)), writer.close
 
         return to_trace
     if broker:
@@ -156,7 +166,7 @@ def _output(broker: str | None, out: str | None) -> Any:
 
             publisher = Publisher(BrokerSettings(bootstrap=broker))
             return (
-                lambda ph: publisher.send(topics.PHASES, ph.job, encode(ph), ph.begin_ns)
+                lambda ph: publisher.send(topics.PHASES, ph.job, encode(ph), phase_time(ph))
             ), publisher.close
 
         return to_broker
@@ -181,7 +191,8 @@ def collective(op: str, nbytes: int = 0, comm: str = "default") -> None:
 
 def step(n: int | None = None) -> None:
     """Mark the start of training step ``n`` (the step after the last one marked, without it): the
-    phases that begin from now on carry it, and an incident they explain names it. Never blocks."""
+    phases that begin from now on carry it, and an incident they explain names it; the step before
+    is sent with its time (``Steps``: the gap between the two marks). Never blocks."""
     marks = _marks
     if marks is None:
         return

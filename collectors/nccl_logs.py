@@ -114,8 +114,8 @@ def summary(readers: JobReaders, out: Path | None) -> str:
         [f"{s.records} collective calls in profilers' records"] if s.records else []
     )
     return (
-        f"{' and '.join(read) or 'nothing'} made {readers.phases} phases, {s.timed} timed calls and "
-        f"{g.graphs} graphs of {g.connections} connections{where}; "
+        f"{' and '.join(read) or 'nothing'} made {readers.phases} phases, {s.timed} timed calls, "
+        f"{s.steps} steps and {g.graphs} graphs of {g.connections} connections{where}; "
         f"{sum(s.problems.values())} lines or records skipped, {s.untimed} calls without a time, "
         f"{s.unbound} timed calls and {g.unbound} connections of no known communicator"
     )

@@ -30,6 +30,7 @@ from fabricwatch.schemas.messages import (
     Phase,
     PhaseMessage,
     Snapshot,
+    Steps,
     Topology,
     decode,
 )
@@ -143,7 +144,7 @@ class Pipeline:
             self.stats.symptoms += len(symptoms)
             for s in symptoms:
                 self.stage2.on_symptom(s)
-        elif isinstance(msg, (Phase, CommGraph, Collectives)):
+        elif isinstance(msg, (Phase, CommGraph, Collectives, Steps)):
             self.stage2.on_phase(msg)
             if isinstance(msg, Collectives):
                 self.jobs.on_collectives(msg)

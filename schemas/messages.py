@@ -25,6 +25,8 @@ from fabricwatch.schemas.phases import Edge as Edge
 from fabricwatch.schemas.phases import Operation as Operation
 from fabricwatch.schemas.phases import Phase as Phase
 from fabricwatch.schemas.phases import PhaseMessage as PhaseMessage
+from fabricwatch.schemas.phases import Step as Step
+from fabricwatch.schemas.phases import Steps as Steps
 from fabricwatch.schemas.phases import Timed as Timed
 from fabricwatch.schemas.phases import phase_time as phase_time
 from fabricwatch.schemas.topology import Device as Device
@@ -418,6 +420,7 @@ Message = (
     | Phase
     | CommGraph
     | Collectives
+    | Steps
     | Topology
     | Symptom
     | Watermark

@@ -1,5 +1,6 @@
-"""What ``fabric.phases`` carries: a job's collectives (``Phase``) and its communicators' graphs
-(``CommGraph``), validated on decode like every wire message (``messages.py``)."""
+"""What ``fabric.phases`` carries: a job's collectives (``Phase``), its communicators' graphs
+(``CommGraph``), each timed call (``Collectives``) and its steps (``Steps``), validated on decode
+like every wire message (``messages.py``)."""
 
 from __future__ import annotations
 
@@ -144,6 +145,49 @@ class Collectives(msgspec.Struct, tag="collectives", tag_field="type", omit_defa
             check_stamp(c.begin_ns)
 
 
+class Step(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True):
+    """One training step of one rank: how long it took and, where the source times the step's
+    kernels too (Kineto), how much of it the rank spent in collectives."""
+
+    step: int
+    rank: int
+    begin_ns: int
+    dur_ns: int
+    coll_ns: int | None = None
+    """Time within the step when a collective kernel ran (their union, clipped to the step)."""
+    exposed_ns: int | None = None
+    """Of ``coll_ns``, the time no other kernel ran beside it: communication the step waited for,
+    not hidden behind compute (what the network costs the step)."""
+
+
+class Steps(msgspec.Struct, tag="steps", tag_field="type", omit_defaults=True):
+    """Training steps of a job's ranks, as its records mark them (Kineto's ``ProfilerStep#N``,
+    the API's ``step()``): step time, and the share of it spent in collectives."""
+
+    job: str
+    ts_ns: int
+    """The first step's begin."""
+    steps: list[Step]
+    rank_hosts: dict[int, str] = msgspec.field(default_factory=dict)
+    source: str = ""
+    v: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        check_stamp(self.ts_ns)
+        _check_ranks(self.rank_hosts)
+        if not self.steps:
+            raise ValueError("no steps")
+        for s in self.steps:
+            check_stamp(s.begin_ns)
+            if not 0 <= s.rank < _RANK_LIMIT or s.step < 0:
+                raise ValueError(f"step {s.step} of rank {s.rank} is not one a job numbers")
+            if s.dur_ns <= 0:
+                raise ValueError(f"step {s.step} of rank {s.rank} has no duration")
+            for part in (s.coll_ns, s.exposed_ns):
+                if part is not None and not 0 <= part <= s.dur_ns:
+                    raise ValueError(f"step {s.step} of rank {s.rank}: time in collectives outside the step")
+
+
 _RANK_LIMIT = 1 << 32
 _CHANNEL_LIMIT = 1 << 16
 """Ranks and channels as NCCL numbers them (and the store keeps them: UInt32, UInt16)."""
@@ -155,11 +199,11 @@ def _check_ranks(rank_hosts: dict[int, str]) -> None:
             raise ValueError(f"rank {rank} is not one NCCL numbers")
 
 
-PhaseMessage = Phase | CommGraph | Collectives
+PhaseMessage = Phase | CommGraph | Collectives | Steps
 """What ``fabric.phases`` carries."""
 
 
 def phase_time(msg: PhaseMessage) -> int:
     """A message's time on ``fabric.phases``: a phase's first call, a graph's init, the first
-    timed call."""
+    timed call or step."""
     return msg.begin_ns if isinstance(msg, Phase) else msg.ts_ns

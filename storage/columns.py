@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from fabricwatch.schemas.bandwidth import bandwidths, size_bucket
-from fabricwatch.schemas.messages import Anomaly, Collectives, CommGraph, Phase, Topology
+from fabricwatch.schemas.messages import Anomaly, Collectives, CommGraph, Phase, Steps, Topology
 
 
 def anomaly_columns(new: list[Anomaly]) -> dict:
@@ -82,6 +82,24 @@ def call_columns(batches: list[Collectives]) -> dict:
         "busbw": busbw,
         "source": [b.source for b, _ in rows],
         "upper_bound": np.array([b.upper_bound for b, _ in rows], dtype=np.uint8),
+    }
+
+
+def step_columns(batches: list[Steps]) -> dict:
+    """The ``job_steps`` columns: one row per step of one rank."""
+    rows = [(b, s) for b in batches for s in b.steps]
+    begins = [s.begin_ns for _, s in rows]
+    return {
+        "job": [b.job for b, _ in rows],
+        "step": np.array([s.step for _, s in rows], dtype=np.uint64),
+        "rank": np.array([s.rank for _, s in rows], dtype=np.uint32),
+        "host": [b.rank_hosts.get(s.rank, "") for b, s in rows],
+        "begin": utc_times(begins),
+        "begin_ns": np.array(begins, dtype=np.uint64),
+        "dur_ns": np.array([s.dur_ns for _, s in rows], dtype=np.uint64),
+        "coll_ns": [s.coll_ns for _, s in rows],
+        "exposed_ns": [s.exposed_ns for _, s in rows],
+        "source": [b.source for b, _ in rows],
     }
 
 

@@ -1,5 +1,6 @@
 """The tables of jobs' records: their phases (``Phase``), their timed collective calls
-(``Collectives``) and their communication graphs (``CommGraph``), sharded by job."""
+(``Collectives``), their steps (``Steps``) and their communication graphs (``CommGraph``), sharded
+by job."""
 
 from __future__ import annotations
 
@@ -60,6 +61,33 @@ def collective_calls(g: DDL) -> list[str]:
         cols,
         "ReplacingMergeTree",
         "job, comm, op, rank, begin_ns",
+        "toDate(begin)",
+        shard_key="cityHash64(job)",
+    )
+
+
+def job_steps(g: DDL) -> list[str]:
+    """Each training step of each rank of a job (``Steps``): its time and, where the source times
+    the step's kernels, the time in collectives and of it the time no compute hid (NULL where the
+    source does not say: unknown, not zero). A step stored twice merges away."""
+    d = g.d
+    cols = [
+        f"job {d.lc()}",
+        "step UInt64",
+        "rank UInt32",
+        "host String",
+        f"begin {d.time_ms()}",
+        "begin_ns UInt64",
+        "dur_ns UInt64",
+        "coll_ns Nullable(UInt64)",
+        "exposed_ns Nullable(UInt64)",
+        f"source {d.lc()}",
+    ]
+    return g.table(
+        "job_steps",
+        cols,
+        "ReplacingMergeTree",
+        "job, rank, step, begin_ns",
         "toDate(begin)",
         shard_key="cityHash64(job)",
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fabricwatch.storage.job_tables import collective_calls, comm_graph, phases
+from fabricwatch.storage.job_tables import collective_calls, comm_graph, job_steps, phases
 from fabricwatch.storage.schema import (
     DDL,
     METRICS_V1,
@@ -59,6 +59,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         7, "collective_calls: each timed collective call of a job, with its bandwidths", collective_calls
     ),
+    Migration(8, "job_steps: each training step of a job's ranks, with its time in collectives", job_steps),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 
@@ -88,7 +89,7 @@ def current_ddl(dialect: Dialect, opts: SchemaOptions) -> list[str]:
     out = rates_raw(g)
     for name in ROLLUPS:
         out += [*rollup_table(g, name, name), rollup_view(g, name)]
-    tail = phases(g) + topology(g) + anomalies_latest(g) + comm_graph(g) + collective_calls(g)
+    tail = phases(g) + topology(g) + anomalies_latest(g) + comm_graph(g) + collective_calls(g) + job_steps(g)
     return out + device_latest(g) + anomaly_events(g) + tail
 
 

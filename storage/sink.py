@@ -34,6 +34,7 @@ from fabricwatch.schemas.messages import (
     Phase,
     PortRates,
     RatesBatch,
+    Steps,
     Topology,
 )
 from fabricwatch.storage.backends import Labels, StoreError, lit
@@ -44,6 +45,7 @@ from fabricwatch.storage.columns import (
     edge_columns,
     phase_columns,
     rank_columns,
+    step_columns,
     topology_columns,
 )
 from fabricwatch.storage.store import Store
@@ -64,6 +66,7 @@ class SinkStats:
     anomalies: int = 0
     phases: int = 0
     collective_calls: int = 0
+    job_steps: int = 0
     graph_edges: int = 0
     topologies: int = 0
     duplicates_skipped: int = 0
@@ -105,6 +108,7 @@ class Sink:
         self._anomalies: list[Anomaly] = []
         self._phases: list[Phase] = []
         self._calls: list[Collectives] = []
+        self._steps: list[Steps] = []
         self._graphs: list[CommGraph] = []
         self._ranks: list[tuple[str, str, int, str, int]] = []
         self._ranks_seen: set[tuple[str, str, int, str]] = set()
@@ -117,7 +121,9 @@ class Sink:
 
     # --- buffering -------------------------------------------------------------------------------
 
-    def add(self, msg: PortRates | RatesBatch | Anomaly | Phase | CommGraph | Collectives | Topology) -> None:
+    def add(
+        self, msg: PortRates | RatesBatch | Anomaly | Phase | CommGraph | Collectives | Steps | Topology
+    ) -> None:
         """Any message the store keeps, to its table."""
         if isinstance(msg, PortRates):
             self.add_rates(msg)
@@ -131,6 +137,8 @@ class Sink:
             self.add_graph(msg)
         elif isinstance(msg, Collectives):
             self.add_calls(msg)
+        elif isinstance(msg, Steps):
+            self.add_steps(msg)
         else:
             self.add_topology(msg)
 
@@ -170,6 +178,10 @@ class Sink:
         self._add_ranks(msg.job, msg.comm, msg.rank_hosts, msg.ts_ns)
         self._touch()
 
+    def add_steps(self, msg: Steps) -> None:
+        self._steps.append(msg)
+        self._touch()
+
     def _add_ranks(self, job: str, comm: str, rank_hosts: dict[int, str], ts_ns: int) -> None:
         if len(self._ranks_seen) > RANKS_REMEMBERED:
             self._ranks_seen.clear()
@@ -186,6 +198,7 @@ class Sink:
     @property
     def pending_rows(self) -> int:
         graphs = len(self._graphs) + len(self._ranks) + sum(len(m.calls) for m in self._calls)
+        graphs += sum(len(m.steps) for m in self._steps)
         return self._rates.rows + len(self._anomalies) + len(self._phases) + graphs + len(self._topologies)
 
     def due(self) -> bool:
@@ -237,6 +250,8 @@ class Sink:
                 self._insert_graphs()
             if self._calls:
                 self._insert_calls()
+            if self._steps:
+                self._insert_steps()
             if self._rates.messages:
                 self._insert_rates()
                 self._rates = _RatesBuffer()
@@ -255,7 +270,7 @@ class Sink:
         """Drop what is buffered (its records were not committed: another consumer reads them)."""
         self._rates = _RatesBuffer()
         self._anomalies, self._phases, self._topologies = [], [], []
-        self._graphs, self._ranks, self._calls = [], [], []
+        self._graphs, self._ranks, self._calls, self._steps = [], [], [], []
         self._ranks_seen.clear()
         self._first_at = None
 
@@ -393,6 +408,11 @@ class Sink:
         self.store.backend.insert(self.store.table("collective_calls"), call_columns(self._calls))
         self.stats.collective_calls += sum(len(m.calls) for m in self._calls)
         self._calls = []
+
+    def _insert_steps(self) -> None:
+        self.store.backend.insert(self.store.table("job_steps"), step_columns(self._steps))
+        self.stats.job_steps += sum(len(m.steps) for m in self._steps)
+        self._steps = []
 
     def _insert_topologies(self) -> None:
         times = ", ".join(str(t.ts_ns) for t in self._topologies)

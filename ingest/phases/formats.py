@@ -7,7 +7,7 @@ the same calls as NCCL's log lines (``nccl_log.CollCall``), so one coalescer mak
 * a PyTorch profiler (Kineto) trace: its NCCL kernels (``ncclKernel_*``/``ncclDevKernel_*``) with
   the ``Collective name``, ``In msg nelems`` and ``dtype`` PyTorch records, the rank from
   ``distributedInfo``, times made wall-clock by ``baseTimeNanoseconds`` (older traces stamp
-  epoch microseconds directly);
+  epoch microseconds directly), and its steps (``ProfilerStep#N``: ``steps.py``);
 * PyTorch's Flight Recorder dump in its JSON form (``entries``: ``profiling_name``,
   ``time_created_ns``, sizes and dtypes). Its pickled form is refused: unpickling runs code.
 
@@ -31,6 +31,10 @@ from typing import Any
 
 from fabricwatch.ingest.phases import nccl_tests
 from fabricwatch.ingest.phases.nccl_log import KNOWN_OPS, CollCall, CommInit
+from fabricwatch.ingest.phases.steps import StepMark, trace_steps
+
+Record = CollCall | CommInit | StepMark
+"""What a job's records give: its calls, the communicators they belong to, its steps."""
 
 _TORCH_OPS = {
     "allreduce": "AllReduce",
@@ -134,7 +138,7 @@ def _shape(doc: object) -> str:
     return f"a JSON {type(doc).__name__}"
 
 
-def records(kind: str, text: str, host: str | None, skipped: list[str]) -> Iterator[CollCall | CommInit]:
+def records(kind: str, text: str, host: str | None, skipped: list[str]) -> Iterator[Record]:
     """The calls (and the communicators they belong to) of a file of ``kind`` (``detect``). A record
     of a collective fabricwatch has no name for is left out and described in ``skipped``."""
     found = _records(kind, text, host, skipped)
@@ -145,7 +149,7 @@ def records(kind: str, text: str, host: str | None, skipped: list[str]) -> Itera
         yield rec
 
 
-def _records(kind: str, text: str, host: str | None, skipped: list[str]) -> Iterator[CollCall | CommInit]:
+def _records(kind: str, text: str, host: str | None, skipped: list[str]) -> Iterator[Record]:
     if kind == "inspector":
         return _inspector(text, skipped)
     if kind == "inspector-prometheus":
@@ -208,14 +212,16 @@ def _inspector(text: str, skipped: list[str]) -> Iterator[CollCall | CommInit]:
         yield call
 
 
-def _kineto(doc: dict[str, Any], host: str) -> Iterator[CollCall | CommInit]:
+def _kineto(doc: dict[str, Any], host: str) -> Iterator[Record]:
     info = doc.get("distributedInfo") or {}
     rank = int(info.get("rank", 0))
     nranks = int(info.get("world_size", 1))
     base_ns = doc.get("baseTimeNanoseconds")
-    events = [e for e in doc.get("traceEvents", []) if isinstance(e, dict) and e.get("cat") == "kernel"]
-    kernels = [e for e in events if _KERNEL.match(str(e.get("name", "")))]
-    if kernels and base_ns is None and float(kernels[0]["ts"]) < 1e15:
+    events = [e for e in doc.get("traceEvents", []) if isinstance(e, dict)]
+    kernels = [e for e in events if e.get("cat") == "kernel" and _KERNEL.match(str(e.get("name", "")))]
+    steps = trace_steps(events, _ns, int(base_ns or 0), _KERNEL.match, rank, host)
+    first_ns = _ns(kernels[0]["ts"]) if kernels else steps[0].begin_ns if steps else None
+    if base_ns is None and first_ns is not None and first_ns < 1e18:  # before 2001: not epoch time
         raise FormatError(
             "this Kineto trace's times are not wall-clock and it has no baseTimeNanoseconds to make them so"
         )
@@ -230,6 +236,7 @@ def _kineto(doc: dict[str, Any], host: str) -> Iterator[CollCall | CommInit]:
         pid = int(k.get("pid", 0))
         yield CommInit(host, pid, comm, rank, group, comm)
         yield _call(host, pid, comm, op, size, group, begin, _ns(k.get("dur", 0)))
+    yield from steps
 
 
 def _call(

@@ -33,6 +33,7 @@ from fabricwatch.ingest.phases.nccl_log import (
     parse_line,
     scan,
 )
+from fabricwatch.ingest.phases.steps import StepMark, step_messages
 from fabricwatch.ingest.phases.timings import timed_messages
 from fabricwatch.schemas.messages import PhaseMessage
 
@@ -53,6 +54,8 @@ class ReadStats:
     untimed: int = 0
     timed: int = 0
     """Calls kept with their own duration (``Collectives``)."""
+    steps: int = 0
+    """Training steps of a rank, as its profiler marked them (``Steps``)."""
     unbound: int = 0
     """Timed calls of a process that never said which communicator and rank it is."""
     problems: dict[str, int] = field(default_factory=dict)
@@ -76,6 +79,7 @@ class NcclPhaseReader:
         self.upper_bound = upper_bound
         """Its records' durations include the wait to start (``Collectives.upper_bound``)."""
         self._deferred: list[CollCall] | None = [] if defer else None
+        self._steps: list[StepMark] = []
         self.graph = GraphBuilder(coalescer.job, coalescer.source)
         self.stats = stats if stats is not None else ReadStats()
         self._warn = warn
@@ -146,10 +150,15 @@ class NcclPhaseReader:
             return False
         return kept == text.count(COLL_HINT)
 
-    def record(self, rec: CollCall | CommInit) -> Sequence[PhaseMessage]:
-        """A call or a communicator from another record of the job (``phase_formats``), timed."""
+    def record(self, rec: CollCall | CommInit | StepMark) -> Sequence[PhaseMessage]:
+        """A call, a communicator or a step from another record of the job (``formats``), timed;
+        steps are sent when the reader closes."""
         if isinstance(rec, CommInit):
             self.coalescer.init(rec)
+            return []
+        if isinstance(rec, StepMark):
+            self.stats.steps += 1
+            self._steps.append(rec)
             return []
         self.stats.records += 1
         self.stats.calls += rec.n
@@ -179,6 +188,9 @@ class NcclPhaseReader:
             self.stats.timed += sum(len(m.calls) for m in timed)
             self.stats.unbound += unbound
             out += timed
+        if self._steps:
+            out += step_messages(self.coalescer.job, self.coalescer.source, self._steps)
+            self._steps = []
         return [*out, *self.coalescer.close_all()]
 
     def _untimed(self, n: int) -> None:

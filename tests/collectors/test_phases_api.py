@@ -15,7 +15,7 @@ import fabricwatch.phases as phases
 from fabricwatch.collectors import job_marks
 from fabricwatch.local.broker import free_port
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import Phase, decode
+from fabricwatch.schemas.messages import Phase, PhaseMessage, Steps, decode
 from fabricwatch.schemas.trace import TraceReader
 
 
@@ -100,5 +100,12 @@ def test_steps_marked_between_collectives_are_carried_by_the_phases_that_begin_i
     stats = phases.stop()
     assert stats.marked == 102 and stats.dropped == 0
     with TraceReader(out) as reader:
-        got = [decode(r.value(), Phase) for r in reader]
-    assert [p.step for p in sorted(got, key=lambda p: p.begin_ns)] == [7, 8]
+        got = [decode(r.value(), PhaseMessage) for r in reader]
+    phased = [m for m in got if isinstance(m, Phase)]
+    assert [p.step for p in sorted(phased, key=lambda p: p.begin_ns)] == [7, 8]
+    # Step 7 ended when step 8 was marked: its time is the gap between the marks. Step 8 has no
+    # end yet, so no time: nothing is made up for it.
+    (steps,) = [m for m in got if isinstance(m, Steps)]
+    (step,) = steps.steps
+    assert (step.step, step.rank, step.coll_ns, step.exposed_ns) == (7, 0, None, None)
+    assert steps.rank_hosts == {0: socket.gethostname()} and 0.3 <= step.dur_ns / 1e9 < 1.0

@@ -17,7 +17,8 @@ from helpers.paths import FIXTURES
 
 from fabricwatch.cli.main import main
 from fabricwatch.ingest.phases.formats import FormatError, detect, records
-from fabricwatch.schemas.messages import Collectives, Phase, PhaseMessage, decode
+from fabricwatch.ingest.phases.steps import StepMark
+from fabricwatch.schemas.messages import Collectives, Phase, PhaseMessage, Steps, decode
 from fabricwatch.schemas.trace import TraceReader
 
 S = 1_000_000_000
@@ -167,3 +168,52 @@ def test_one_bad_inspector_record_costs_only_itself(tmp_path, capsys):
     assert len(calls) == 2, "the two good records"
     err = capsys.readouterr().err
     assert "without a readable 'pid'" in err and "p2p_perf record: point-to-point" in err
+
+
+def test_a_kineto_traces_steps_say_their_time_and_how_much_of_it_went_to_collectives(tmp_path, capsys):
+    """A real trace's three training steps (HolisticTraceAnalysis' DDP trace on A100s, its NCCL and
+    a few compute kernels: tests/fixtures/SOURCES.md). Hand-computed from the fixture: each step's
+    time is its ProfilerStep's; its seven NCCL kernels run one after another, so its time in
+    collectives is their sum; in steps 5 and 6 a batch-norm kernel runs under an AllReduce (17.664
+    and 57.888 µs), so that much of the communication is hidden behind compute."""
+    src = FIXTURES / "kineto_trace_profilerstep_nccl_a100_ddp_3steps_hta.json"
+    got = imported(tmp_path, [src], "--host", "gpu0")
+    assert "21 timed calls, 3 steps" in capsys.readouterr().out
+    (steps,) = [m for m in got if isinstance(m, Steps)]
+    assert steps.job == "llm-a" and steps.source == "kineto" and steps.rank_hosts == {0: "gpu0"}
+    base_ns = 1711964646000000000
+    expected = [  # step, begin µs, time µs, in collectives µs, hidden µs
+        (4, 4458676416788.066, 222442.191, 11989.021, 0.0),
+        (5, 4458676639291.351, 219726.905, 12300.029, 17.664),
+        (6, 4458676859077.781, 224936.243, 22587.443, 57.888),
+    ]
+    assert [s.step for s in steps.steps] == [4, 5, 6]
+    for s, (n, begin_us, dur_us, coll_us, hidden_us) in zip(steps.steps, expected, strict=True):
+        assert s.rank == 0 and s.begin_ns == pytest.approx(base_ns + begin_us * 1000, abs=2), n
+        assert s.dur_ns == pytest.approx(dur_us * 1000, abs=2), n
+        assert s.coll_ns == pytest.approx(coll_us * 1000, abs=2), n
+        assert s.exposed_ns == pytest.approx((coll_us - hidden_us) * 1000, abs=2), n
+    # the share of step 6 in collectives, as a job's owner reads it: 10 %, none of it hidden to speak of
+    assert steps.steps[2].coll_ns / steps.steps[2].dur_ns == pytest.approx(0.1004, abs=1e-4)
+
+
+def test_steps_without_kernels_in_the_trace_have_their_time_and_no_made_up_share():
+    """A CPU-only profile marks its steps but times no kernel: the time in collectives is
+    unknown (None), not zero."""
+    doc = {
+        "baseTimeNanoseconds": 1711964646000000000,
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{n}",
+                "ts": 1000 + n * 500,
+                "dur": 480,
+            }
+            for n in range(3)
+        ],
+    }
+    marks = [r for r in records("kineto", json.dumps(doc), "cpu0", []) if isinstance(r, StepMark)]
+    assert [(m.step, m.dur_ns, m.coll_ns, m.exposed_ns) for m in marks] == [
+        (n, 480_000, None, None) for n in range(3)
+    ]

@@ -24,6 +24,8 @@ from fabricwatch.schemas.messages import (
     PortRates,
     RatesBatch,
     RootCause,
+    Step,
+    Steps,
     Topology,
     decode,
     encode,
@@ -202,8 +204,8 @@ def test_an_older_schema_is_upgraded_in_place(store_target, fabric_stream):
         v1 = [m for m in fabric_stream[:half] if not isinstance(m, CommGraph)]  # graphs came with v5
         with Sink(store) as sink:
             feed(sink, [*v1, *(m for m in fabric_stream[half:] if isinstance(m, Anomaly))])
-        assert store.apply_schema() == [2, 3, 4, 5, 6, 7]
-        assert store.schema_version() == 7
+        assert store.apply_schema() == [2, 3, 4, 5, 6, 7, 8]
+        assert store.schema_version() == 8
         # the new table was backfilled from the events stored before the upgrade
         latest = store.query("SELECT fingerprint, status FROM anomalies_latest FINAL ORDER BY fingerprint")
         assert len(latest) == len({a.fingerprint for a in events})
@@ -219,7 +221,14 @@ def test_an_older_schema_is_upgraded_in_place(store_target, fabric_stream):
         leftovers = (
             {r[0] for r in store.query("SHOW TABLES")}
             - tables
-            - {"anomalies_latest", "anomalies_latest_mv", "comm_edges", "comm_ranks", "collective_calls"}
+            - {
+                "anomalies_latest",
+                "anomalies_latest_mv",
+                "comm_edges",
+                "comm_ranks",
+                "collective_calls",
+                "job_steps",
+            }
         )
         assert leftovers == set()
         with pytest.raises(ValueError, match="newer than 1"):
@@ -413,6 +422,32 @@ def test_timed_collective_calls_are_stored_with_the_bandwidths_the_inspector_com
     for row, rec in zip(rows, records, strict=True):
         assert row[5] == pytest.approx(rec["coll_perf"]["coll_algobw_gbs"], abs=1e-6)
         assert row[6] == pytest.approx(rec["coll_perf"]["coll_busbw_gbs"], abs=1e-6)
+
+
+def test_a_jobs_steps_are_stored_once_with_unknown_shares_left_unknown(store_target):
+    """Steps of two ranks, one from a profiler that timed the kernels (its time in collectives)
+    and one from the API's marks (time only), sent twice: stored once each; the API's step has
+    NULL time in collectives, so a share over it is unknown, not 0 %."""
+    t0 = 1_748_030_377_000_000_000
+    steps = Steps(
+        job="llm-a",
+        ts_ns=t0,
+        steps=[Step(4, 0, t0, 222_442_191, 11_989_021, 11_989_021), Step(4, 1, t0 + 5_000, 220_000_000)],
+        rank_hosts={0: "gpu0", 1: "gpu1"},
+        source="kineto",
+    )
+    with Store.open(store_target) as store:
+        with Sink(store) as sink:
+            feed(sink, [steps, steps])
+        rows = store.query(
+            "SELECT rank, host, step, dur_ns, coll_ns, exposed_ns, coll_ns / dur_ns FROM job_steps FINAL "
+            "ORDER BY rank"
+        )
+    assert [r[:6] for r in rows] == [
+        (0, "gpu0", 4, 222_442_191, 11_989_021, 11_989_021),
+        (1, "gpu1", 4, 220_000_000, None, None),
+    ]
+    assert rows[0][6] == pytest.approx(0.0539, abs=1e-4) and rows[1][6] is None
 
 
 def test_communication_graphs_give_each_job_s_host_pairs(store_target):
