@@ -102,7 +102,8 @@ def write_report(
         grid = queries.heatmap_grid(store, src, metric, lo, hi, bucket_ns, heatmap_ports)
         if grid is not None:
             wrote(_heatmap_chart(grid, title, out_dir / name, size_px))
-    for job in queries.jobs_in_range(store, lo, hi, max_jobs):
+    jobs = queries.jobs_in_range(store, lo, hi, max_jobs)
+    for job in jobs:
         phases = queries.job_phases(store, job, lo, hi)
         hosts = {h for ph in phases for h in ph.hosts}
         roots = {(i.root_device, i.root_port) for i in incidents if job in i.jobs}
@@ -119,7 +120,8 @@ def write_report(
         for i in incidents
         if i.jobs and i.kind not in JOB_KINDS
     }
-    written.append(_index(out_dir, written, incidents, costs, lo, hi))
+    steps = queries.job_steps(store, jobs, lo, hi)
+    written.append(_index(out_dir, written, incidents, costs, steps, lo, hi))
     return written
 
 
@@ -357,6 +359,7 @@ def _index(
     charts: list[Path],
     incidents: list[Incident],
     costs: dict[tuple[str, int], list[str]],
+    steps: list[queries.StepSummary],
     lo: int,
     hi: int,
 ) -> Path:
@@ -397,13 +400,48 @@ pfc_storm red, incast orange, ecmp_collapse purple, outlier grey.</p>
 <th>summary</th><th>what it cost the jobs</th></tr>
 {rows}
 </table>
-<h2>Charts</h2>
+{_steps_table(steps)}<h2>Charts</h2>
 {figures}
 </body></html>
 """
     path = out_dir / "index.html"
     path.write_text(text)
     return path
+
+
+def _steps_table(steps: list[queries.StepSummary]) -> str:
+    """The jobs' step time and the share of a step in collectives; nothing for a report whose jobs
+    mark no steps."""
+    if not steps:
+        return ""
+
+    def pct(share: float | None) -> str:
+        return "unknown" if share is None else f"{share:.1%}"
+
+    rows = "\n".join(
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(v)}</td>"
+            for v in (
+                s.job,
+                f"{s.steps} of {s.ranks} ranks",
+                f"{s.median_ms:.1f} ms",
+                f"{s.p99_ms:.1f} ms",
+                pct(s.in_collectives),
+                pct(s.exposed),
+            )
+        )
+        + "</tr>"
+        for s in steps
+    )
+    return f"""<h2>Steps</h2>
+<p>Each job's training steps, as its profiler or its step() marks say; the share in collectives
+where the source timed the step's kernels (exposed: not hidden behind compute).</p>
+<table><tr><th>job</th><th>steps</th><th>median step time</th><th>p99 step time</th>
+<th>in collectives (median)</th><th>exposed (median)</th></tr>
+{rows}
+</table>
+"""
 
 
 def _slug(text: str) -> str:

@@ -403,6 +403,40 @@ def job_calls(store: Store, job: str, lo: int, hi: int, bucket_ns: int, limit: i
     return out
 
 
+@dataclass(frozen=True)
+class StepSummary:
+    """A job's training steps in a range: how many, their median and p99 time, and where the
+    source timed their kernels, the median share in collectives and of it not hidden by compute
+    (None where no step of the job says: unknown, not 0 %)."""
+
+    job: str
+    steps: int
+    ranks: int
+    median_ms: float
+    p99_ms: float
+    in_collectives: float | None
+    exposed: float | None
+
+
+def job_steps(store: Store, jobs: list[str], lo: int, hi: int) -> list[StepSummary]:
+    """The steps of each of ``jobs`` that marked any in the range, each step once."""
+    if not jobs:
+        return []
+    rows = store.query(
+        "SELECT job, count(), uniqExact(rank), quantile(0.5)(dur_ns) / 1e6, quantile(0.99)(dur_ns) / 1e6, "
+        "quantileIf(0.5)(coll_ns / dur_ns, coll_ns IS NOT NULL), "
+        "quantileIf(0.5)(exposed_ns / dur_ns, exposed_ns IS NOT NULL), countIf(coll_ns IS NOT NULL) "
+        "FROM (SELECT DISTINCT job, rank, step, begin_ns, dur_ns, coll_ns, exposed_ns FROM job_steps "
+        f"WHERE job IN ({', '.join(lit(j) for j in jobs)}) AND begin_ns BETWEEN {lo} AND {hi}) "
+        "GROUP BY job ORDER BY job"
+    )
+    out = []
+    for job, n, ranks, median, p99, coll, exposed, timed in rows:
+        shares = (float(coll), float(exposed)) if timed else (None, None)
+        out.append(StepSummary(job, int(n), int(ranks), float(median), float(p99), *shares))
+    return out
+
+
 COST_MIN_CALLS = 5
 """Calls of a (collective, size) needed before and during an incident to say what it cost."""
 

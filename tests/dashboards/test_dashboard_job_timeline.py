@@ -15,7 +15,7 @@ from helpers.dashboard_queries import (
     run_panel,
     stored_span,
 )
-from helpers.job_records import inspector_example_calls
+from helpers.job_records import inspector_example_calls, kineto_example_steps
 from helpers.replayed_store import replay_into_store
 
 from fabricwatch.dashboards.macros import QueryContext, expand
@@ -24,6 +24,8 @@ from fabricwatch.storage.sink import Sink
 
 pytestmark = pytest.mark.slow  # a replayed store in embedded ClickHouse
 UID = "fw-job-timeline"
+STEP_BUCKET_NS = int(INTERVAL_S * 1e9)
+"""The example's steps begin on an interval's edge, so its three steps (0.67 s) fall in one."""
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +37,7 @@ def store(tmp_path_factory):
             sink.add(msg)
         for msg in inspector_example_calls("inspector-example", lo):
             sink.add(msg)
+        sink.add(kineto_example_steps("ddp-example", -(-lo // STEP_BUCKET_NS) * STEP_BUCKET_NS))
     yield filled
     filled.close()
 
@@ -77,6 +80,16 @@ def test_the_call_panels_give_the_inspector_s_own_bandwidths_and_times(store):
         "inspector-example AllReduce 16.00 GiB": (61.974, 61.974),
         "inspector-example ReduceScatter 2.00 GiB": (41.057, 41.057),
     }
+
+
+def test_the_step_panels_give_a_real_trace_s_step_time_and_share_in_collectives(store):
+    """Issue 35: a real DDP trace's three steps (222.4, 219.7 and 224.9 ms, 5.39, 5.60 and 10.04 %
+    in collectives, of which 5.39, 5.59 and 10.02 % not hidden behind compute): the medians."""
+    span = stored_span(store)
+    (times,) = run_panel(store, span, UID, _title("Step time"), job=["ddp-example"])
+    assert times[1:] == ("ddp-example", pytest.approx(222.442191), pytest.approx(224.936243, rel=1e-3))
+    (share,) = run_panel(store, span, UID, _title("Share of a step"), job=["ddp-example"])
+    assert share[1:] == ("ddp-example", pytest.approx(5.5979, abs=1e-4), pytest.approx(5.5899, abs=1e-4))
 
 
 def _title(prefix: str) -> str:

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow  # a replayed store in embedded ClickHouse
 
 ASSETS = ROOT / "dashboards" / "grafana"
 ON_THE_DEMO = sorted(uid for uid in DASHBOARDS if uid != "fw-link-health")
-TIMED_CALLS = ("Bus bandwidth of the jobs'", "Time of the jobs'")
+TIMED_CALLS = ("Bus bandwidth of the jobs'", "Time of the jobs'", "Step time of the jobs", "Share of a step")
 """Panels over each call's time, which the demo's jobs do not give (an NCCL log's view): they are
 checked on the Inspector's records in ``test_dashboard_job_timeline.py``."""
 """Dashboards whose every panel the demo fills; link health has its own store

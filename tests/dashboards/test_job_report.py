@@ -7,15 +7,17 @@ import re
 
 import numpy as np
 import pytest
+from helpers.job_records import kineto_example_steps
 from helpers.job_scenarios import job_trace
 from helpers.replayed_store import an_hour_ago, trace_into_store
 
 from fabricwatch.dashboards.report import write_report
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.bandwidth import bandwidths
-from fabricwatch.schemas.messages import Collectives, decode
+from fabricwatch.schemas.messages import Collectives, Step, Steps, decode
 from fabricwatch.schemas.trace import TraceReader
 from fabricwatch.storage import queries
+from fabricwatch.storage.sink import Sink
 
 pytestmark = pytest.mark.slow  # a simulated scenario replayed into chdb
 
@@ -65,3 +67,27 @@ def test_a_slow_link_says_what_it_cost_the_job_and_the_report_draws_its_calls(tm
         store.close()
     assert any(p.name == "job-llm_a-timeline.png" for p in drawn)
     assert cost in (tmp_path / "report" / "index.html").read_text()
+
+
+def test_the_report_says_each_jobs_step_time_and_share_in_collectives(tmp_path):
+    """A job with a real trace's three steps (tests/fixtures/SOURCES.md) and one whose step()
+    marks time its steps only: the median step time of each, the share in collectives of the
+    first (5.6 %, 5.6 % exposed: the median step's), unknown for the second, never 0 %."""
+    trace = job_trace(tmp_path, "steps", "", duration=30, start_ns=an_hour_ago())
+    store, _ = trace_into_store(trace, tmp_path)
+    try:
+        lo, _ = queries.time_range(store, "rates_raw", None, None)
+        t0 = lo + 5 * S
+        api = [Step(n, 0, t0 + n * S, S) for n in range(3)]
+        marked = Steps(job="moe-b", ts_ns=t0, steps=api, rank_hosts={0: "h004"}, source="api:h004")
+        with Sink(store) as sink:
+            sink.add(kineto_example_steps("llm-a", t0))
+            sink.add(marked)
+        write_report(store, tmp_path / "report", max_ports=1, size_px=(800, 900), on_chart=lambda _: None)
+    finally:
+        store.close()
+    html = (tmp_path / "report" / "index.html").read_text()
+    cell = r"<td>([^<]+)</td>"
+    rows = re.findall(f"<tr>{cell * 3}<td>[^<]+</td>{cell * 2}</tr>", html)
+    assert ("llm-a", "3 of 1 ranks", "222.4 ms", "5.6%", "5.6%") in rows
+    assert ("moe-b", "3 of 1 ranks", "1000.0 ms", "unknown", "unknown") in rows

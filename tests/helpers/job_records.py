@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import re
 
-from fabricwatch.schemas.messages import Collectives, Timed
+from fabricwatch.ingest.phases.formats import records
+from fabricwatch.ingest.phases.steps import StepMark, step_messages
+from fabricwatch.schemas.messages import Collectives, Steps, Timed
 from helpers.paths import FIXTURES
 
 INSPECTOR_EXAMPLES = (
@@ -50,3 +52,16 @@ def inspector_example_calls(job: str, t0: int) -> list[Collectives]:
         )
         for i, r in enumerate(inspector_examples())
     ]
+
+
+KINETO_STEPS = "kineto_trace_profilerstep_nccl_a100_ddp_3steps_hta.json"
+"""A real DDP trace's three steps with their NCCL kernels (tests/fixtures/SOURCES.md)."""
+
+
+def kineto_example_steps(job: str, t0: int) -> Steps:
+    """The trace's three steps as ``phases import`` reads them, moved to begin at ``t0``."""
+    text = (FIXTURES / KINETO_STEPS).read_text()
+    marks = [r for r in records("kineto", text, "gpu0", []) if isinstance(r, StepMark)]
+    shift = t0 - marks[0].begin_ns
+    (steps,) = step_messages(job, "kineto", [m._replace(begin_ns=m.begin_ns + shift) for m in marks])
+    return steps

@@ -11,7 +11,7 @@ import msgspec
 import numpy as np
 import pytest
 from helpers.comm_graphs import stored_gather
-from helpers.job_records import inspector_example_calls, inspector_examples
+from helpers.job_records import inspector_example_calls, inspector_examples, kineto_example_steps
 from helpers.paths import DOCS
 
 from fabricwatch.local.broker import free_port
@@ -583,8 +583,9 @@ def test_the_documented_queries_run_on_both_backends(store_target, fabric_stream
     assert len(queries) >= 3
     with Store.open(store_target) as store:
         with Sink(store) as sink:
-            # the demo has no NCCL INIT lines, nor timed calls
-            feed(sink, [*fabric_stream, *stored_gather(10**18), *inspector_example_calls("llm-a", 10**18)])
+            # the demo has no NCCL INIT lines, nor timed calls, nor steps
+            jobs = [*stored_gather(10**18), *inspector_example_calls("llm-a", 10**18)]
+            feed(sink, [*fabric_stream, *jobs, kineto_example_steps("llm-a", 10**18)])
         device = next(
             m.device for m in fabric_stream if isinstance(m, PortRates) and m.device_kind == "switch"
         )
