@@ -1,15 +1,15 @@
-"""The job stage: each job's communicators judged by the job detectors (``spec.Detector.job``), their
-findings made incidents, each joined to the fabric incident that explains it.
+"""The job stage: each job's communicators judged by the job detectors (``spec.Detector.job``),
+their findings made incidents, each joined to the fabric incident that explains it.
 
-Given a job's timed calls (``Collectives``), its phases and the fabric's incidents as stage 2
-publishes them. A finding of a job is explained by a fabric incident open on the job: one that
-names the job (stage 2 attributes incidents to the jobs running on their hosts) or touches one of
-its hosts, the one that began closest to when the job felt it; or, for a slowdown or a hang, a
-straggler of the same communicator. The incident then says so (``caused_by``: the alerter pages
-the cause, once). A slowdown or a hang that nothing explains yet waits ``EXPLAIN_WAIT_NS`` for
-its cause, then fires saying so; a cause found later still (a slow link is checked every 10 s, a
-job feels it at its next call) is named by an ``updated``. A finding no longer returned resolves
-the incident.
+Given a job's timed calls (``Collectives``), its steps (``Steps``), its phases and the fabric's
+incidents as stage 2 publishes them. A finding of a job is explained by a fabric incident open on
+the job: one that names the job (stage 2 attributes incidents to the jobs running on their hosts) or
+touches one of its hosts, the one that began closest to when the job felt it; or, for a slowdown or
+a hang, a straggler of the same communicator. The incident then says so (``caused_by``: the alerter
+pages the cause, once). A slowdown or a hang that nothing explains yet waits ``EXPLAIN_WAIT_NS`` for
+its cause, then fires saying so; a cause found later still (a slow link is checked every 10 s, a job
+feels it at its next call) is named by an ``updated``. A finding no longer returned resolves the
+incident.
 
 One owner per job: in process it is the pipeline; streaming, the stage keyed by job (phases and
 timed calls are keyed by job on ``fabric.phases``).
@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fabricwatch.detectors.job_calls import CommCalls
+from fabricwatch.detectors.job_steps import JobSteps
 from fabricwatch.detectors.registry import REGISTRY, Registry
-from fabricwatch.detectors.spec import JobDetector, JobFinding
-from fabricwatch.schemas.messages import Anomaly, Collectives, Phase
+from fabricwatch.detectors.spec import JobDetector, JobFinding, StepJudge
+from fabricwatch.schemas.messages import Anomaly, Collectives, Phase, Steps
 
 JOB_KINDS = ("job_slowdown", "job_straggler", "job_hang")
 EXPLAIN_WAIT_NS = 5_000_000_000
@@ -46,7 +47,9 @@ class _Open:
 class JobStage:
     def __init__(self, config: Any, registry: Registry = REGISTRY) -> None:
         self.detectors: list[JobDetector] = [d.job(config) for d in registry.detectors if d.job is not None]
+        self.step_judges = [d for d in self.detectors if isinstance(d, StepJudge)]
         self._comms: dict[tuple[str, str], CommCalls] = {}
+        self._steps: dict[str, JobSteps] = {}
         self._fabric: dict[str, Anomaly] = {}
         """Open fabric incidents by fingerprint, their latest event."""
         self._open: dict[str, _Open] = {}
@@ -61,6 +64,10 @@ class JobStage:
         if comm is None:
             comm = self._comms[key] = CommCalls(msg.job, msg.comm, msg.nranks)
         comm.add(msg)
+        self._fresh = True
+
+    def on_steps(self, msg: Steps) -> None:
+        self._steps.setdefault(msg.job, JobSteps(msg.job)).add(msg)
         self._fresh = True
 
     def on_phase(self, msg: Phase) -> None:
@@ -83,19 +90,24 @@ class JobStage:
         """Drop jobs another owner judges now (streaming, ``streams/job_worker.py``), their open
         incidents unresolved: the new owner carries them on under the same fingerprints."""
         self._comms = {k: c for k, c in self._comms.items() if k[0] not in jobs}
+        self._steps = {j: s for j, s in self._steps.items() if j not in jobs}
         self._open = {i: o for i, o in self._open.items() if o.finding.job not in jobs}
         self._waiting = {i: t for i, t in self._waiting.items() if i.split("|", 2)[1] not in jobs}
 
     def evaluate(self, now_ns: int) -> list[Anomaly]:
         """The job incidents that fired, changed or resolved as of ``now_ns``: judged when new calls
         came, else every ``CHECK_EVERY_NS`` (stage 2 ticks far more often)."""
-        if not self._comms or not (self._fresh or now_ns >= self._next_ns):
+        if not (self._comms or self._steps) or not (self._fresh or now_ns >= self._next_ns):
             return []
         self._fresh, self._next_ns = False, now_ns + CHECK_EVERY_NS
         found: dict[str, JobFinding] = {}
         for comm in self._comms.values():
             for detector in self.detectors:
                 for f in detector.check(comm, now_ns):
+                    found[f"{f.kind}|{f.job}|{f.comm}|{f.key}"] = f
+        for steps in self._steps.values():
+            for judge in self.step_judges:
+                for f in judge.check_steps(steps, now_ns):
                     found[f"{f.kind}|{f.job}|{f.comm}|{f.key}"] = f
         out = []
         self._waiting = {i: t for i, t in self._waiting.items() if i in found}

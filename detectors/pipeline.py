@@ -148,6 +148,8 @@ class Pipeline:
             self.stage2.on_phase(msg)
             if isinstance(msg, Collectives):
                 self.jobs.on_collectives(msg)
+            elif isinstance(msg, Steps):
+                self.jobs.on_steps(msg)
             elif isinstance(msg, Phase):
                 self.jobs.on_phase(msg)
             if self.on_context is not None:

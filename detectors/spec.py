@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 import numpy as np
@@ -30,6 +30,7 @@ import numpy as np
 from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.job_calls import CommCalls
+from fabricwatch.detectors.job_steps import JobSteps
 from fabricwatch.detectors.jobs import JobAttribution
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.detectors.roots import Roots
@@ -96,6 +97,15 @@ class JobFinding:
 class JobDetector(Protocol):
     def check(self, comm: CommCalls, now_ns: int) -> list[JobFinding]:
         """What is wrong with ``comm`` now (its occurrences completed so far, the time)."""
+        ...
+
+
+@runtime_checkable
+class StepJudge(Protocol):
+    """A job detector that also judges a job's steps (``job_steps``)."""
+
+    def check_steps(self, steps: JobSteps, now_ns: int) -> list[JobFinding]:
+        """What is wrong with the job's steps now (those completed so far, the time)."""
         ...
 
 

@@ -16,7 +16,7 @@ import heapq
 from typing import Any
 
 from fabricwatch.detectors.job_stage import CHECK_EVERY_NS, JOB_KINDS, JobStage
-from fabricwatch.schemas.messages import Anomaly, Collectives, Phase, PhaseMessage, Watermark
+from fabricwatch.schemas.messages import Anomaly, Collectives, Phase, PhaseMessage, Steps, Watermark
 
 MAX_STEPS = 600
 """Checks at most between two moments: past the longest wait (a hang's), more change nothing."""
@@ -40,7 +40,7 @@ class JobWorker:
         self._progress: dict[str, tuple[int, float]] = {}
         """Per symptoms partition, how far its stage 2 has judged and when that was heard (wall)."""
         self._first_heard: float | None = None
-        self._held: list[tuple[int, int, Collectives | Phase | Anomaly]] = []
+        self._held: list[tuple[int, int, Collectives | Phase | Steps | Anomaly]] = []
         self._seq = 0
         self._now_ns = 0
 
@@ -55,7 +55,7 @@ class JobWorker:
 
     def on_phase(self, msg: PhaseMessage, ts_ns: int) -> None:
         """A ``fabric.phases`` message of one of our jobs, read at ``ts_ns`` (its record's time)."""
-        if isinstance(msg, (Collectives, Phase)):
+        if isinstance(msg, (Collectives, Phase, Steps)):
             self._hold(ts_ns, msg)
 
     def on_anomaly(self, anomaly: Anomaly) -> None:
@@ -75,7 +75,7 @@ class JobWorker:
         """Jobs another worker owns now: their calls and incidents are its to judge. Nothing is
         resolved: the new owner reads the jobs' recent records again and carries them on."""
         self._held = [
-            h for h in self._held if not (isinstance(h[2], (Collectives, Phase)) and h[2].job in jobs)
+            h for h in self._held if not (isinstance(h[2], (Collectives, Phase, Steps)) and h[2].job in jobs)
         ]
         heapq.heapify(self._held)
         self.core.forget(jobs)
@@ -91,6 +91,8 @@ class JobWorker:
             fired += self._judge_until(ts_ns)
             if isinstance(msg, Collectives):
                 self.core.on_collectives(msg)
+            elif isinstance(msg, Steps):
+                self.core.on_steps(msg)
             elif isinstance(msg, Phase):
                 self.core.on_phase(msg)
             else:
@@ -119,6 +121,6 @@ class JobWorker:
         self._now_ns = ts_ns
         return fired
 
-    def _hold(self, ts_ns: int, msg: Collectives | Phase | Anomaly) -> None:
+    def _hold(self, ts_ns: int, msg: Collectives | Phase | Steps | Anomaly) -> None:
         heapq.heappush(self._held, (ts_ns, self._seq, msg))
         self._seq += 1
