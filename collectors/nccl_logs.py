@@ -114,7 +114,8 @@ def summary(readers: JobReaders, out: Path | None) -> str:
         [f"{s.records} collective calls in profilers' records"] if s.records else []
     )
     return (
-        f"{' and '.join(read) or 'nothing'} made {readers.phases} phases, {s.timed} timed calls, "
+        f"{' and '.join(read) or 'nothing'} made {readers.phases} phases, {s.timed} timed calls"
+        f"{f' ({s.entered} entered and not completed)' if s.entered else ''}, "
         f"{s.steps} steps and {g.graphs} graphs of {g.connections} connections{where}; "
         f"{sum(s.problems.values())} lines or records skipped, {s.untimed} calls without a time, "
         f"{s.unbound} timed calls and {g.unbound} connections of no known communicator"

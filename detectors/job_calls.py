@@ -18,6 +18,18 @@ from fabricwatch.schemas.bandwidth import bandwidths
 from fabricwatch.schemas.messages import Collectives, Timed
 
 KEPT = 512
+KEPT_WAITING = 64
+"""Calls entered and not completed a communicator remembers (a hang's first is what matters)."""
+
+
+@dataclass(frozen=True)
+class Stuck:
+    """A call some ranks entered and did not complete: ``missing`` never entered it."""
+
+    seq: int
+    op: str
+    entered: list[int]
+    missing: list[int]
 
 
 @dataclass(frozen=True)
@@ -63,6 +75,9 @@ class CommCalls:
     """Until when a phase of the communicator says it runs: None while one is open, 0 unknown."""
     phase_begin_ns: int = 0
     """When its latest phase began: a job back from a pause is silent since then, not before."""
+    waiting: dict[int, dict[int, Timed]] = field(default_factory=dict)
+    """Calls ranks entered and had not completed when their records were written, by seq and
+    rank (a Flight Recorder's entries still scheduled or started)."""
     _open: dict[int, list[Timed]] = field(default_factory=dict)
 
     def add(self, msg: Collectives) -> None:
@@ -70,11 +85,28 @@ class CommCalls:
         self.rank_hosts.update(msg.rank_hosts)
         self.source, self.upper_bound = msg.source, msg.upper_bound
         for call in msg.calls:
-            if call.seq is None:
+            if not call.completed:
+                if call.seq is not None:
+                    self.waiting.setdefault(call.seq, {})[call.rank] = call
+            elif call.seq is None:
                 self._complete([call])
             else:
                 self._open.setdefault(call.seq, []).append(call)
+                self.waiting.get(call.seq, {}).pop(call.rank, None)
+        while len(self.waiting) > KEPT_WAITING:
+            del self.waiting[min(self.waiting)]
         self._close_ready()
+
+    def stuck(self) -> Stuck | None:
+        """The oldest call some rank entered and has not completed: who entered it, who did not."""
+        seqs = [seq for seq, ranks in self.waiting.items() if ranks]
+        if not seqs:
+            return None
+        seq = min(seqs)
+        entered = set(self.waiting[seq]) | {c.rank for c in self._open.get(seq, [])}
+        missing = sorted(set(range(self.nranks)) - entered)
+        first = next(iter(self.waiting[seq].values()))
+        return Stuck(seq, first.op, sorted(entered), missing)
 
     def _close_ready(self) -> None:
         if not self._open:
@@ -87,6 +119,8 @@ class CommCalls:
 
     def _complete(self, calls: list[Timed]) -> None:
         first = calls[0]
+        if first.seq is not None:
+            self.waiting.pop(first.seq, None)
         self.done.append(
             Occurrence(
                 first.seq,
@@ -107,8 +141,10 @@ class CommCalls:
             self.phase_until_ns = max(self.phase_until_ns, end_ns)
 
     def running(self, now_ns: int) -> bool:
-        """Whether a phase says the communicator runs at ``now_ns`` (unknown is not running)."""
-        return self.phase_until_ns is None or self.phase_until_ns >= now_ns
+        """Whether a phase says the communicator runs at ``now_ns``, or a rank is inside one of
+        its calls (unknown is not running)."""
+        in_call = any(self.waiting.values())
+        return in_call or self.phase_until_ns is None or self.phase_until_ns >= now_ns
 
     def hosts(self) -> list[str]:
         return sorted(set(self.rank_hosts.values()))

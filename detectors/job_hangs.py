@@ -3,10 +3,10 @@
 A job's calls come at its own pace; one that has completed none for ``factor`` times its usual
 gap between calls (and at least ``min_s``) while its phase says it still runs is hung: a rank
 never entered, or the collective cannot move (a storm pausing its ports). A job that ended (its
-phase closed) or paused between phases is not hung. The records only say what completed, so the
-missing ranks are named where the job's records say who entered (left for the Flight Recorder's
-entries, which this build does not read yet); the fabric incident holding it is joined by the
-job stage.
+phase closed) or paused between phases is not hung; a rank inside a call is running. Most records
+only say what completed; where they say who entered a call (the Flight Recorder's entries still
+scheduled or started), the ranks that never entered the call the others wait in are named. The
+fabric incident holding it is joined by the job stage.
 """
 
 from __future__ import annotations
@@ -20,6 +20,10 @@ from fabricwatch.schemas.config import AtLeastOne, Positive
 from fabricwatch.schemas.messages import RootCause
 
 NS = 1_000_000_000
+HINT = (
+    "A rank stopped entering its collectives, or the network holds them: see the fabric incident "
+    "named as the cause, else each rank's last call (Flight Recorder)."
+)
 
 
 class HangConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -43,6 +47,7 @@ class Hangs:
         silent_ns = now_ns - last
         if silent_ns < max(c.factor * period_ns, c.min_s * NS):
             return []
+        missing, evidence, hint = _missing(comm)
         return [
             JobFinding(
                 kind="job_hang",
@@ -55,14 +60,34 @@ class Hangs:
                 summary=(
                     f"{comm.job} comm {comm.comm} has completed no {calls[-1].op} for "
                     f"{silent_ns / NS:.1f} s, {silent_ns / max(period_ns, 1):.0f} times its usual gap"
+                    + missing
                 ),
-                hint="A rank stopped entering its collectives, or the network holds them: see the "
-                "fabric incident named as the cause, else each rank's last call (Flight Recorder).",
-                evidence={"silent_s": round(silent_ns / NS, 3), "usual_gap_s": round(period_ns / NS, 4)},
+                hint=hint,
+                evidence={
+                    "silent_s": round(silent_ns / NS, 3),
+                    "usual_gap_s": round(period_ns / NS, 4),
+                    **evidence,
+                },
                 hosts=tuple(comm.hosts()),
                 collective=f"{comm.job} {calls[-1].op} comm {comm.comm}",
             )
         ]
+
+
+def _missing(comm: CommCalls) -> tuple[str, dict[str, str], str]:
+    """Who did not enter the call the others wait in, where the records say who entered (the
+    Flight Recorder's entries): for the summary, the evidence and the hint."""
+    stuck = comm.stuck()
+    if stuck is None or not stuck.missing:
+        return "", {}, HINT
+    hosts = sorted({comm.rank_hosts[r] for r in stuck.missing if r in comm.rank_hosts})
+    names, entered = ", ".join(map(str, stuck.missing)), ", ".join(map(str, stuck.entered))
+    on = f" on {', '.join(hosts)}" if hosts else ""
+    return (
+        f"; rank {names}{on} never entered {stuck.op} #{stuck.seq}, which rank {entered} entered",
+        {"missing_ranks": names, "entered_ranks": entered},
+        f"Rank {names}{on} did not enter the collective the others wait in: look at its process.",
+    )
 
 
 DETECTOR = Detector(

@@ -109,6 +109,10 @@ class Timed(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True):
     seq: int | None = None
     """Which call of the communicator it is, where the record says (the Inspector's ``coll_sn``):
     the ranks' records of one call, to tell which rank entered last."""
+    completed: bool = True
+    """False: the rank entered the call at ``begin_ns`` and had not completed it when its record
+    was written (a Flight Recorder entry still scheduled or started); ``dur_ns`` is 0, unknown. Who
+    entered a call that never completed names who did not (a hang's missing ranks)."""
 
 
 class Collectives(msgspec.Struct, tag="collectives", tag_field="type", omit_defaults=True):

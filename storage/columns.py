@@ -58,8 +58,9 @@ def phase_columns(new: list[Phase]) -> dict:
 
 def call_columns(batches: list[Collectives]) -> dict:
     """The ``collective_calls`` columns: one row per timed call, its bandwidths computed here in
-    one vectorised pass over every call of the flush."""
-    rows = [(b, c) for b in batches for c in b.calls]
+    one vectorised pass over every call of the flush. A call entered and not completed has no time
+    to store."""
+    rows = [(b, c) for b in batches for c in b.calls if c.completed]
     ops = np.array([c.op for _, c in rows])
     nbytes = np.array([c.bytes for _, c in rows], dtype=np.int64)
     nranks = np.array([b.nranks for b, _ in rows], dtype=np.int64)

@@ -11,7 +11,10 @@ the same calls as NCCL's log lines (``nccl_log.CollCall``), so one coalescer mak
 * PyTorch's Flight Recorder dump in its JSON form (``entries``: ``profiling_name``,
   ``time_created_ns``, sizes and dtypes). Its pickled form is refused: unpickling runs code.
 
-Kineto traces and Flight Recorder dumps do not name the host: the caller says it (``host``).
+Kineto traces and Flight Recorder dumps do not name the host: the caller says it (``host``). Nor
+do they name the process (a kernel's ``pid`` is its GPU, the same in every rank's trace when each
+rank sees one device): a file is one rank's, so its rank stands for the process, and the ranks of a
+host imported together stay apart.
 
 Refused by name, each with why: the Inspector's Prometheus output (no time per collective); the NCCL
 example profiler plugin's trace (``plugins/profiler/example``: its times count from the plugin's
@@ -233,9 +236,8 @@ def _kineto(doc: dict[str, Any], host: str) -> Iterator[Record]:
         group = int(args.get("Group size", nranks))
         size = int(args.get("In msg nelems", 0)) * _TORCH_DTYPE_BYTES.get(str(args.get("dtype")), 0)
         begin = _ns(k["ts"]) + int(base_ns or 0)
-        pid = int(k.get("pid", 0))
-        yield CommInit(host, pid, comm, rank, group, comm)
-        yield _call(host, pid, comm, op, size, group, begin, _ns(k.get("dur", 0)))
+        yield CommInit(host, rank, comm, rank, group, comm)
+        yield _call(host, rank, comm, op, size, group, begin, _ns(k.get("dur", 0)))
     yield from steps
 
 
@@ -282,5 +284,7 @@ def _flight_recorder(doc: dict[str, Any], host: str) -> Iterator[CollCall | Comm
         )
         begin = int(entry["time_created_ns"])
         end = int(entry.get("time_discovered_completed_ns") or begin)
-        yield CommInit(host, 0, comm, rank, nranks, comm)
-        yield _call(host, 0, comm, op, size, nranks, begin, end - begin)
+        seq = None if entry.get("is_p2p") else entry.get("collective_seq_id")
+        yield CommInit(host, rank, comm, rank, nranks, comm)
+        call = _call(host, rank, comm, op, size, nranks, begin, end - begin, seq)
+        yield call._replace(pending=True) if entry.get("state") != "completed" else call

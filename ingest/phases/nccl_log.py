@@ -126,6 +126,9 @@ class CollCall(NamedTuple):
     """How long the call ran, where the record says (a profiler's kernel); a log line does not."""
     seq: int | None = None
     """Which call of the communicator it is, where the record says (the Inspector's ``coll_sn``)."""
+    pending: bool = False
+    """The rank entered the call and had not completed it when the record was written (a Flight
+    Recorder entry still scheduled or started): it has no duration."""
 
 
 class CommInit(NamedTuple):

@@ -54,6 +54,8 @@ class ReadStats:
     untimed: int = 0
     timed: int = 0
     """Calls kept with their own duration (``Collectives``)."""
+    entered: int = 0
+    """Of the timed calls, those a rank entered and had not completed when its record was written."""
     steps: int = 0
     """Training steps of a rank, as its profiler marked them (``Steps``)."""
     unbound: int = 0
@@ -186,6 +188,7 @@ class NcclPhaseReader:
                 self.coalescer.job, self.coalescer.source, calls, self.coalescer.comms, self.upper_bound
             )
             self.stats.timed += sum(len(m.calls) for m in timed)
+            self.stats.entered += sum(not c.completed for m in timed for c in m.calls)
             self.stats.unbound += unbound
             out += timed
         if self._steps:

@@ -29,11 +29,12 @@ def timed_messages(
     upper_bound: bool = False,
 ) -> tuple[list[Collectives], int]:
     """The ``Collectives`` messages of the timed calls among ``calls`` (those with their own time
-    and a duration), and how many timed calls had no communicator to place them in."""
+    and a duration, or entered and not completed), and how many timed calls had no communicator to
+    place them in."""
     by_comm: dict[str, list[tuple[CommInit, CollCall]]] = defaultdict(list)
     unbound = 0
     for c in calls:
-        if c.ts_ns is None or c.dur_ns <= 0:
+        if c.ts_ns is None or (c.dur_ns <= 0 and not c.pending):
             continue
         init = comms.get((c.host, c.pid, c.comm))
         if init is None:
@@ -69,8 +70,12 @@ def _message(
         comm=comm,
         nranks=nranks,
         ts_ns=_begin(placed[0]),
-        calls=[Timed(c.op, i.rank, c.bytes, _begin((i, c)), c.dur_ns, c.seq) for i, c in placed],  # type: ignore[arg-type]
+        calls=[_timed(i, c) for i, c in placed],
         rank_hosts=dict(sorted({i.rank: i.host for i, _ in placed}.items())),
         source=source,
         upper_bound=upper_bound,
     )
+
+
+def _timed(init: CommInit, c: CollCall) -> Timed:
+    return Timed(c.op, init.rank, c.bytes, c.ts_ns or 0, c.dur_ns, c.seq, not c.pending)  # type: ignore[arg-type]

@@ -65,3 +65,34 @@ def kineto_example_steps(job: str, t0: int) -> Steps:
     shift = t0 - marks[0].begin_ns
     (steps,) = step_messages(job, "kineto", [m._replace(begin_ns=m.begin_ns + shift) for m in marks])
     return steps
+
+
+def flight_recorder_dump(
+    rank: int, completed: int, scheduled: int | None = None, every_s: float = 1.0
+) -> str:
+    """A rank's dump shaped as the tutorial's: its one real entry (an AllReduce of 3x4 floats)
+    repeated as calls 1 to ``completed``, ``every_s`` apart, 39 ms each, and call ``scheduled``
+    entered and not completed, as a rank stuck in it is dumped (torchfrtrace then says "missing
+    ranks" of whoever has no entry for it)."""
+    doc = json.loads(flight_recorder_json())
+    (entry,) = doc["entries"]
+    doc["rank"] = rank
+    created = entry["time_created_ns"]
+    entries = []
+    for seq in [*range(1, completed + 1), *([scheduled] if scheduled else [])]:
+        at = created + round((seq - 1) * every_s * 1e9)
+        done = seq <= completed
+        entries.append(
+            {
+                **entry,
+                "record_id": seq - 1,
+                "collective_seq_id": seq,
+                "op_id": seq,
+                "time_created_ns": at,
+                "state": "completed" if done else "scheduled",
+                "time_discovered_completed_ns": at + 39_036_605 if done else None,
+                "retired": done,
+            }
+        )
+    doc["entries"] = entries
+    return json.dumps(doc)

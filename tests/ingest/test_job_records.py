@@ -12,10 +12,12 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.job_records import flight_recorder_json
+from helpers.job_records import flight_recorder_dump, flight_recorder_json
 from helpers.paths import FIXTURES
 
 from fabricwatch.cli.main import main
+from fabricwatch.detectors.config import DetectorConfig
+from fabricwatch.detectors.job_stage import EXPLAIN_WAIT_NS, JobStage
 from fabricwatch.ingest.phases.formats import FormatError, detect, records
 from fabricwatch.ingest.phases.steps import StepMark
 from fabricwatch.schemas.messages import Collectives, Phase, PhaseMessage, Steps, decode
@@ -217,3 +219,31 @@ def test_steps_without_kernels_in_the_trace_have_their_time_and_no_made_up_share
     assert [(m.step, m.dur_ns, m.coll_ns, m.exposed_ns) for m in marks] == [
         (n, 480_000, None, None) for n in range(3)
     ]
+
+
+def test_a_hung_collective_names_the_rank_that_never_entered_it(tmp_path, capsys):
+    """The tutorial's hang, as torchfrtrace reports it ("Not all ranks joining collective 9 ...
+    missing ranks: {1}"): rank 0 entered AllReduce #9 and is still in it; rank 1's dump ends at #8.
+    Imported, the job stage's hang names rank 1 and its host, not only the silence."""
+    paths = []
+    for rank, scheduled in ((0, 9), (1, None)):
+        path = tmp_path / f"fr-rank{rank}.json"
+        path.write_text(flight_recorder_dump(rank, completed=8, scheduled=scheduled))
+        paths.append(path)
+    got = imported(tmp_path, paths, "--host", "gpu1")
+    assert "17 timed calls (1 entered and not completed)" in capsys.readouterr().out
+    calls = [c for m in got if isinstance(m, Collectives) for c in m.calls]
+    (entered,) = [c for c in calls if not c.completed]
+    assert (entered.rank, entered.seq, entered.dur_ns) == (0, 9, 0)
+    stage = JobStage(DetectorConfig())
+    for m in got:
+        if isinstance(m, Collectives):
+            stage.on_collectives(m)
+        elif isinstance(m, Phase):
+            stage.on_phase(m)
+    after = max(c.begin_ns for c in calls) + 15 * S
+    events = stage.evaluate(after) + stage.evaluate(after + EXPLAIN_WAIT_NS)  # nothing explains it
+    (hang,) = [a for a in events if a.status == "firing"]
+    assert hang.kind == "job_hang"
+    assert "rank 1 on gpu1 never entered AllReduce #9, which rank 0 entered" in hang.summary
+    assert hang.evidence["missing_ranks"] == "1" and hang.evidence["entered_ranks"] == "0"

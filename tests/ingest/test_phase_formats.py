@@ -111,3 +111,30 @@ def test_what_cannot_be_placed_is_said(tmp_path, capsys):
     assert main(["phases", "import", "--job", "j", "--out", str(out), str(prom), str(fr)]) == 1
     err = capsys.readouterr().err
     assert "no time per collective" in err and "does not name its host: give --host" in err
+
+
+def test_two_ranks_traces_of_one_host_stay_two_ranks(tmp_path):
+    """Each rank sees one GPU (CUDA_VISIBLE_DEVICES), so its kernels' pid is 0 in every rank's
+    trace: the ranks of one host, imported together, must not merge into one (found: every call
+    of a host's two Flight Recorder dumps, which name no process, became the last one's rank)."""
+    base = json.loads(
+        kineto(
+            fixture("kineto_trace_ncclKernel_AllReduce_RING_LL_a100_hta.jsonfrag"),
+            baseTimeNanoseconds=1_700_000_000_000_000_000,
+        )
+    )
+    files = []
+    for rank in (0, 1):
+        doc = json.loads(json.dumps(base))
+        doc["distributedInfo"]["rank"] = rank
+        path = tmp_path / f"rank{rank}.json"
+        path.write_text(json.dumps(doc))
+        files.append(path)
+    out = tmp_path / "both.trace"
+    assert (
+        main(["phases", "import", "--job", "bench", "--host", "gpu3", "--out", str(out), *map(str, files)])
+        == 0
+    )
+    with TraceReader(out) as reader:
+        got = [decode(r.value(), PhaseMessage) for r in reader]
+    assert sorted(c.rank for m in timed(got) for c in m.calls) == [0, 1]
