@@ -12,6 +12,11 @@ It follows Alertmanager's dispatcher (``dispatch/group.go``) and dedup stage (``
   with ``send_resolved``), when all resolved, or when ``repeat_interval`` passed since the last
   notification; otherwise nothing. Resolved alerts then leave the group, and an empty group ends.
 
+An incident another causes (``caused_by``: a job's hang caused by a storm, drops at a dead link's
+port) is muted while its cause fires, and rides in the cause's notifications instead: the cause's
+alert carries an ``effects`` annotation, each open effect's summary ("llm-a AllReduce 16 MiB: bus
+bandwidth 5.6 GB/s, 67% below its 16.9 GB/s"), so one page says what the fault costs the jobs.
+
 Two choices differ from Alertmanager, both so that a receiver never keeps an alert open forever:
 an alert's groups are fixed when it first fires (a label change updates it in place rather than
 moving it), and the end of an alert the receiver was told of is always sent, even when a silence
@@ -23,7 +28,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fabricwatch.alerts.config import AlertsConfig
@@ -33,7 +38,7 @@ from fabricwatch.alerts.routing import Route, RouteOpts
 from fabricwatch.alerts.silences import Silence
 from fabricwatch.schemas.messages import Anomaly
 
-FiringKey = tuple[str, tuple[tuple[str, str], ...]]
+FiringKey = tuple[str, tuple[tuple[str, str], ...], str]
 
 
 @dataclass
@@ -59,7 +64,7 @@ class _Entry:
     at: float
 
     def firing_fingerprints(self) -> set[str]:
-        return {fp for fp, _ in self.firing}
+        return {key[0] for key in self.firing}
 
 
 @dataclass
@@ -83,6 +88,8 @@ class Alerter:
         self._storms: dict[str, frozenset[str]] = {}
         self._firing: set[str] = set()
         self._sources: dict[str, dict[str, str]] = {}
+        self._effects: dict[str, dict[str, str]] = {}
+        """Per cause's fingerprint, the summaries of the open incidents it causes."""
         self._source_matchers = [r.source for r in config.inhibit_rules]
         self._opened_by: dict[str, Any] = {}
         self._status: dict[str, str] = {}
@@ -162,7 +169,16 @@ class Alerter:
 
     def _index_sources(self, anomaly: Anomaly, alert: Alert) -> None:
         fp = alert.fingerprint
+        if anomaly.caused_by:
+            effects = self._effects.setdefault(anomaly.caused_by, {})
+            if alert.resolved:
+                effects.pop(fp, None)
+            else:
+                effects[fp] = f"{anomaly.kind}: {anomaly.summary}"
+            if not effects:
+                del self._effects[anomaly.caused_by]
         if alert.resolved:
+            self._effects.pop(fp, None)
             self._storms.pop(fp, None)
             self._sources.pop(fp, None)
             self._firing.discard(fp)
@@ -196,7 +212,11 @@ class Alerter:
         entry = self._log.get(group.key)
         told = entry.firing_fingerprints() if entry else set()
         alerts = sorted(group.alerts.values(), key=lambda a: (a.starts_ns, a.fingerprint))
-        visible = [a for a in alerts if (a.resolved and a.fingerprint in told) or not self._muted(a, now)]
+        visible = [
+            self._with_effects(a)
+            for a in alerts
+            if (a.resolved and a.fingerprint in told) or not self._muted(a, now)
+        ]
         firing = frozenset(_firing_key(a) for a in visible if not a.resolved)
         resolved = frozenset(a.fingerprint for a in visible if a.resolved)
         receiver = self.config.receivers[group.receiver]
@@ -223,6 +243,14 @@ class Alerter:
         if not group.alerts:
             del self._groups[group.key]
             self._log.pop(group.key, None)
+
+    def _with_effects(self, alert: Alert) -> Alert:
+        """The alert as sent: a firing cause with what it causes that is open (``effects``)."""
+        effects = self._effects.get(alert.fingerprint)
+        if alert.resolved or not effects:
+            return alert
+        said = "; ".join(effects[fp] for fp in sorted(effects))
+        return replace(alert, annotations={**alert.annotations, "effects": said})
 
     def _notify(
         self,
@@ -267,8 +295,9 @@ class Alerter:
 
 
 def _firing_key(alert: Alert) -> FiringKey:
-    """A firing alert as the receiver knows it: its fingerprint and labels (new labels, news)."""
-    return alert.fingerprint, tuple(sorted(alert.labels.items()))
+    """A firing alert as the receiver knows it: its fingerprint, labels and effects (new labels, or
+    a job newly hurt by it, are news)."""
+    return alert.fingerprint, tuple(sorted(alert.labels.items())), alert.annotations.get("effects", "")
 
 
 def _group_key(route: Route, alert: Alert) -> str:

@@ -267,6 +267,35 @@ def test_an_incident_caused_by_another_is_muted_while_its_cause_fires_and_carrie
     assert alert.labels["caused_by"] == "d"
 
 
+def test_a_cause_s_page_says_what_it_costs_the_jobs_and_says_it_again_when_a_job_is_newly_hurt():
+    """Issue 35: a storm stops llm-a's AllReduce (a hang caused by it) and slows moe-b: one page,
+    the storm's, whose ``effects`` say both, the second sent as an update of the storm's group
+    once moe-b's slowdown is known; the hang and the slowdown never page alone while it fires."""
+    al = Alerter(
+        config({"receiver": "ops", "group_by": ["..."], "group_wait": "5s", "group_interval": "10s"})
+    )
+    storm = anomaly("s", kind="pfc_storm", severity="critical", jobs=["llm-a", "moe-b"])
+    hang = anomaly(
+        "h", kind="job_hang", caused_by="s", summary="llm-a comm 0x8b has completed no AllReduce for 4.0 s"
+    )
+    slow = anomaly(
+        "m", kind="job_slowdown", caused_by="s", summary="moe-b AllGather 64 MiB: bus bandwidth -28%"
+    )
+    assert fire(al, storm, T0) == [] and fire(al, hang, T0 + 2) == []
+    (first,) = al.advance(T0 + 5).notifications
+    (alert,) = first.alerts
+    assert alert.fingerprint == "s" and alert.annotations["effects"] == (
+        "job_hang: llm-a comm 0x8b has completed no AllReduce for 4.0 s"
+    )
+    assert fire(al, slow, T0 + 8) == []
+    (update,) = al.advance(T0 + 15).notifications
+    assert [a.fingerprint for a in update.alerts] == ["s"]
+    assert (
+        "job_slowdown: moe-b AllGather 64 MiB: bus bandwidth -28%" in update.alerts[0].annotations["effects"]
+    )
+    assert al.advance(T0 + 25).notifications == [], "nothing new: no page"
+
+
 def test_an_inhibited_alert_still_gets_its_resolved_when_it_was_notified_before():
     al = Alerter(config({"receiver": "ops", "group_by": ["..."], "group_wait": 0, "group_interval": "10s"}))
     assert len(fire(al, anomaly("x", root=RootCause("leaf-x", "Ethernet4")), T0)) == 1
