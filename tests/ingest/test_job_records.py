@@ -247,3 +247,26 @@ def test_a_hung_collective_names_the_rank_that_never_entered_it(tmp_path, capsys
     assert hang.kind == "job_hang"
     assert "rank 1 on gpu1 never entered AllReduce #9, which rank 0 entered" in hang.summary
     assert hang.evidence["missing_ranks"] == "1" and hang.evidence["entered_ranks"] == "0"
+
+
+def test_a_step_marked_on_the_gpu_is_the_one_its_kernels_are_measured_in():
+    """Where the trace marks a step on the GPU's timeline too, that is the step (its kernels run
+    there; the CPU's annotation leads it by the launch queue): an NCCL kernel after the CPU's step
+    ended but inside the GPU's counts in it."""
+    step = {"ph": "X", "name": "ProfilerStep#3"}
+    kernel = {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL"}
+    doc = {
+        "baseTimeNanoseconds": 1711964646000000000,
+        "traceEvents": [
+            {**step, "cat": "user_annotation", "ts": 0, "dur": 1000},
+            {**step, "cat": "gpu_user_annotation", "ts": 400, "dur": 1000},
+            {**kernel, "ts": 1100, "dur": 200},
+        ],
+    }
+    (mark,) = [r for r in records("kineto", json.dumps(doc), "gpu0", []) if isinstance(r, StepMark)]
+    assert (mark.begin_ns - 1711964646000000000, mark.dur_ns, mark.coll_ns, mark.exposed_ns) == (
+        400_000,
+        1_000_000,
+        200_000,
+        200_000,
+    )
