@@ -93,7 +93,7 @@ def covered(begins: np.ndarray, ends: np.ndarray, w_begin: np.ndarray, w_end: np
         i = np.searchsorted(starts, t, side="right")
         last = np.maximum(i - 1, 0)
         partial = np.where(i > 0, np.minimum(t, stops[last]) - starts[last], 0)
-        return before[np.maximum(i - 1, 0)] * (i > 0) + partial
+        return before[last] * (i > 0) + partial
 
     return length_before(w_end) - length_before(w_begin)
 
