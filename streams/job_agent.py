@@ -26,6 +26,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Anomaly, DecodeError, PhaseMessage, Watermark, decode, encode
 from fabricwatch.streams.job_worker import JobWorker
+from fabricwatch.streams.kafka_io import placed
 from fabricwatch.streams.stages import Keyed
 
 if TYPE_CHECKING:
@@ -120,9 +121,10 @@ class _Owners(ConsumerRebalanceListener):
         tps = sorted(assigned)
         if not tps:
             return
-        ends = await self._consumer.end_offsets(tps)
-        for tp in tps:
-            self._consumer.seek(tp, max(0, ends[tp] - self._w.opts.phases_lookback))
+        async with placed(self._consumer, tps):
+            ends = await self._consumer.end_offsets(tps)
+            for tp in tps:
+                self._consumer.seek(tp, max(0, ends[tp] - self._w.opts.phases_lookback))
 
 
 def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:

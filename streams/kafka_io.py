@@ -6,9 +6,11 @@ Kubernetes secret can supply the password); a secret is never logged or printed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -155,6 +157,20 @@ async def log_ends_aio(consumer: Any, tps: list[Any]) -> dict[Any, int]:
     return {
         tp: max(listed.get(tp) or 0, (consumer.highwater(tp) if tp in owned else None) or 0) for tp in tps
     }
+
+
+@contextlib.asynccontextmanager
+async def placed(consumer: Any, tps: Any) -> AsyncIterator[None]:
+    """Hold ``tps`` back from an aiokafka ``consumer``'s fetches while a rebalance listener decides
+    where they start. aiokafka hands a new assignment to its fetcher before it calls the listener,
+    so while the listener waits on the broker, a partition would be fetched from its reset
+    position and its records handed out before the seek (seen in CI: an upgraded worker read again
+    what the earlier build had processed). Enter first thing in ``on_partitions_assigned``."""
+    consumer.pause(*tps)
+    try:
+        yield
+    finally:  # a rebalance while the listener waited may have taken some of them already
+        consumer.resume(*(set(tps) & consumer.assignment()))
 
 
 async def read_to_end(consumer: Any, tps: list[Any]) -> bool:

@@ -29,7 +29,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
 from fabricwatch.schemas import topics
-from fabricwatch.streams.kafka_io import log_ends_aio
+from fabricwatch.streams.kafka_io import log_ends_aio, placed
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -194,15 +194,8 @@ class _Offsets(ConsumerRebalanceListener):
                 self._committed.pop(tp, None)
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
-        """Start each new partition where this group, or else an earlier build, left it.
-
-        aiokafka hands the assignment to its fetcher before it calls this, so while it waits on
-        the broker, a partition with no offset in this group would be fetched from the log's
-        start (``auto_offset_reset``) and its records handed out before the seek (seen in CI: an
-        upgraded worker read again what the earlier build had processed). Paused, it is not
-        fetched until it is placed."""
-        self._consumer.pause(*assigned)
-        try:
+        """Start each new partition where this group, or else an earlier build, left it."""
+        async with placed(self._consumer, assigned):
             self._w.progress.joined.add("stage1")
             async with self._w.stage1_lock:  # devices now read elsewhere are no longer timed here
                 self._w.stage1.keep_sources({f"{tp.topic}/{tp.partition}" for tp in assigned})
@@ -210,8 +203,6 @@ class _Offsets(ConsumerRebalanceListener):
             for tp, offset in (await self._earlier_build(fresh)).items():
                 log.info("stage 1 starts %s/%d at offset %d, committed by an earlier build", *tp, offset)
                 self._consumer.seek(tp, offset)
-        finally:  # a rebalance while this waited may have taken some of them already
-            self._consumer.resume(*(set(assigned) & self._consumer.assignment()))
 
     async def _earlier_build(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         """Offsets the Faust group committed for ``tps``, where earlier builds read counters."""
