@@ -17,6 +17,7 @@ from contextlib import contextmanager
 import msgspec
 
 from fabricwatch.detectors import (
+    capacity,
     drops,
     ecmp,
     host_bound,
@@ -53,6 +54,7 @@ DETECTORS: tuple[Detector, ...] = (
     drops.DETECTOR,
     retransmissions.DETECTOR,
     host_bound.DETECTOR,
+    capacity.DETECTOR,
     outliers.DETECTOR,
     silence.DETECTOR,
     job_slowdown.DETECTOR,

@@ -200,6 +200,7 @@ def test_every_shipped_kind_says_what_a_user_sees():
         "job_slowdown",
         "job_straggler",
         "job_hang",
+        "capacity",
     }
     assert REGISTRY.kinds(needs_model=True) == {"outlier"}
 
