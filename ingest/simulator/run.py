@@ -35,10 +35,11 @@ from fabricwatch.ingest.simulator.counters import (
 from fabricwatch.ingest.simulator.fabric import NIC_PORT, Fabric, build_fabric
 from fabricwatch.ingest.simulator.faults import FaultPlan, plan_faults
 from fabricwatch.ingest.simulator.graphs import comm_graphs
+from fabricwatch.ingest.simulator.hot_links import hot_link_labels
 from fabricwatch.ingest.simulator.scenario import Scenario
 from fabricwatch.ingest.simulator.traffic import NS, ActivityRun, Flows, job_activities
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import CounterSpec, Phase, PhaseMessage, Snapshot, phase_time
+from fabricwatch.schemas.messages import CounterSpec, Label, Phase, PhaseMessage, Snapshot, phase_time
 from fabricwatch.schemas.trace import TraceWriter
 
 SOURCE = "sim"
@@ -75,6 +76,7 @@ def simulate(scenario: Scenario, out: Path, seed: int | None = None) -> SimStats
     activities = job_activities(scenario, fabric)
     plan = plan_faults(scenario, fabric, activities)
     sim = _Simulation(scenario, fabric, activities + plan.activities, plan, seed)
+    plan.labels += sim.hot_links()
     meta = {
         "scenario": scenario.name,
         "seed": seed,
@@ -212,6 +214,18 @@ class _Simulation:
                 self._poll(writer, b)
                 self._calls_until(writer, b)
         self._flush(writer)
+
+    def hot_links(self) -> list[Label]:
+        """The capacity findings the run's traffic makes (``hot_links``), from its noise-free
+        utilisation, segment by segment (the solved states are cached for the run itself)."""
+        edges = self._edges()
+        segments = (
+            (a / NS, b / NS, self._state((a + b) / 2 / NS)[0].util)
+            for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True)
+        )
+        return hot_link_labels(
+            self.fabric, segments, self.end_ns / NS, self.sc.poll_interval, self.sc.start_ns
+        )
 
     def _apply(self, event: tuple[str, int, str, int]) -> None:
         what, index, counter, amount = event

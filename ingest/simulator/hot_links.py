@@ -1,0 +1,105 @@
+"""Ground truth for capacity findings: the switch ports and uplink groups whose traffic, as the
+simulation carries it before any noise, averages at or above the band's top over a window.
+
+A capacity finding is defined by a statistic of the traffic, not by a fault: any scenario whose
+jobs run a link hot for long enough has one, look-alike or not. So these labels come from the
+simulated utilisation itself: per switch port the busier of its two directions, per ECMP group its
+members' mean; a spell where the rolling mean over ``window_s`` holds at or above ``band_top`` is
+labelled from ``window_s`` before it first holds (the traffic that made it) to its last poll.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from fabricwatch.detectors.capacity import CapacityConfig
+from fabricwatch.ingest.simulator.fabric import Fabric
+from fabricwatch.schemas.messages import Label, RootCause
+
+NS = 1_000_000_000
+
+
+def hot_link_labels(
+    fabric: Fabric,
+    segments: Iterable[tuple[float, float, np.ndarray]],
+    duration_s: float,
+    poll_s: float,
+    start_ns: int,
+    config: CapacityConfig | None = None,
+) -> list[Label]:
+    """``segments``: ``(t0, t1, util)`` in seconds, ``util`` per directed link, noise-free."""
+    config = config or CapacityConfig()
+    out, inn, members, names = _rows(fabric)
+    edges, integrals = [0.0], [np.zeros(len(names))]
+    for t0, t1, util in segments:
+        ext = np.append(util, 0.0)  # index -1: a port with no link in that direction carries nothing
+        ports = np.maximum(ext[out], ext[inn])
+        groups = np.nanmean(np.where(members >= 0, ports[members], np.nan), axis=1) if members.size else []
+        integrals.append(integrals[-1] + np.concatenate([ports, groups]) * (t1 - t0))
+        edges.append(t1)
+    times = np.arange(config.window_s, duration_s + poll_s / 2, poll_s)
+    if times.size == 0:
+        return []
+    area = np.stack(integrals)
+    mean = (_at(edges, area, times) - _at(edges, area, times - config.window_s)) / config.window_s
+    hot = mean >= config.band_top
+    labels = []
+    for r, root in enumerate(names):
+        for first, last in _runs(hot[:, r]):
+            begin = times[first] - config.window_s
+            note = f"capacity: {_what(root)} averages {mean[first : last + 1, r].max():.0%} of line rate"
+            labels.append(
+                Label(
+                    "capacity",
+                    start_ns + round(begin * NS),
+                    start_ns + round(float(times[last]) * NS),
+                    root,
+                    note=note,
+                )
+            )
+    return labels
+
+
+def _rows(fabric: Fabric) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[RootCause]]:
+    """Per switch port its out and in links (-1: none); per ECMP group its members' port rows
+    (padded with -1); and the root each row is labelled at, ports first."""
+    out, inn, names = [], [], []
+    for s, device in enumerate(fabric.switches):
+        base = fabric.n_nics + int(fabric.switch_rows[s])
+        for k, port in enumerate(fabric.switch_ports[s]):
+            out.append(int(fabric.port_out[base + k]))
+            inn.append(int(fabric.port_in[base + k]))
+            names.append(RootCause(device, port))
+    at = {(root.device, root.port): i for i, root in enumerate(names)}
+    groups = [
+        (g, [at[(g.device, m)] for m in g.members if (g.device, m) in at])
+        for g in fabric.topology(0).ecmp_groups
+    ]
+    groups = [(g, rows) for g, rows in groups if len(rows) >= 2]
+    width = max((len(rows) for _, rows in groups), default=0)
+    members = np.full((len(groups), width), -1, dtype=np.intp)
+    for i, (_, rows) in enumerate(groups):
+        members[i, : len(rows)] = rows
+    names += [RootCause(g.device, group=g.id) for g, _ in groups]
+    return np.array(out, dtype=np.intp), np.array(inn, dtype=np.intp), members, names
+
+
+def _at(edges: list[float], area: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """The integral of each row up to each time in ``t`` (piecewise linear between edges)."""
+    e = np.asarray(edges)
+    i = np.clip(np.searchsorted(e, t, side="right") - 1, 0, len(e) - 2)
+    frac = np.clip((t - e[i]) / np.maximum(e[i + 1] - e[i], 1e-12), 0.0, 1.0)
+    return area[i] + (area[i + 1] - area[i]) * frac[:, None]
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """Index ranges (first, last) where ``mask`` holds."""
+    padded = np.concatenate([[False], mask, [False]])
+    change = np.flatnonzero(np.diff(padded.astype(np.int8)))
+    return [(int(a), int(b) - 1) for a, b in zip(change[0::2], change[1::2], strict=True)]
+
+
+def _what(root: RootCause) -> str:
+    return f"uplink group {root.group}" if root.group else f"{root.device} {root.port}"
