@@ -121,7 +121,8 @@ def write_report(
         if i.jobs and i.kind not in JOB_KINDS
     }
     steps = queries.job_steps(store, jobs, lo, hi)
-    written.append(_index(out_dir, written, incidents, costs, steps, lo, hi))
+    headroom = queries.capacity_ranking(store, lo, hi)
+    written.append(_index(out_dir, written, incidents, costs, steps, headroom, lo, hi))
     return written
 
 
@@ -360,6 +361,7 @@ def _index(
     incidents: list[Incident],
     costs: dict[tuple[str, int], list[str]],
     steps: list[queries.StepSummary],
+    headroom: list[queries.Headroom],
     lo: int,
     hi: int,
 ) -> Path:
@@ -400,7 +402,7 @@ pfc_storm red, incast orange, ecmp_collapse purple, outlier grey.</p>
 <th>summary</th><th>what it cost the jobs</th></tr>
 {rows}
 </table>
-{_steps_table(steps)}<h2>Charts</h2>
+{_steps_table(steps)}{_headroom_table(headroom)}<h2>Charts</h2>
 {figures}
 </body></html>
 """
@@ -439,6 +441,34 @@ def _steps_table(steps: list[queries.StepSummary]) -> str:
 where the source timed the step's kernels (exposed: not hidden behind compute).</p>
 <table><tr><th>job</th><th>steps</th><th>median step time</th><th>p99 step time</th>
 <th>in collectives (median)</th><th>exposed (median)</th></tr>
+{rows}
+</table>
+"""
+
+
+def _headroom_table(ranking: list[queries.Headroom]) -> str:
+    """The switch ports with the least headroom, hottest first."""
+    if not ranking:
+        return ""
+    rows = "\n".join(
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(v)}</td>"
+            for v in (
+                f"{h.device} {h.port}",
+                f"{h.mean:.0%}",
+                f"{h.p99:.0%}",
+                f"{h.peak:.0%}",
+                f"{h.hot_minutes} min" + (f" from {when(h.first_hot)}" if h.first_hot is not None else ""),
+            )
+        )
+        + "</tr>"
+        for h in ranking
+    )
+    return f"""<h2>Capacity</h2>
+<p>The switch ports with the least headroom (the busier direction of each; a link should average
+60-80 % of line rate with peaks below 95 %), from the minute rollup: the p99 is of minute means.</p>
+<table><tr><th>port</th><th>mean</th><th>p99 (minutes)</th><th>peak poll</th><th>at 80 % or more</th></tr>
 {rows}
 </table>
 """

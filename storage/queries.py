@@ -437,6 +437,46 @@ def job_steps(store: Store, jobs: list[str], lo: int, hi: int) -> list[StepSumma
     return out
 
 
+@dataclass(frozen=True)
+class Headroom:
+    """A switch port's utilisation over a range, from the minute rollup: the busier of its two
+    directions each minute, their mean, 99th percentile and peak, and the minutes it spent at or
+    above the band's top."""
+
+    device: str
+    port: str
+    mean: float
+    p99: float
+    peak: float
+    hot_minutes: int
+    first_hot: int | None
+    """When its first hot minute began (ns), None if it never ran hot."""
+
+
+def capacity_ranking(
+    store: Store, lo: int, hi: int, band_top: float = 0.8, limit: int = 20
+) -> list[Headroom]:
+    """The switch ports with the least headroom in ``[lo, hi]``, hottest first (by p99, then
+    mean): what a capacity plan starts from. A minute's figure is the mean of its polls, so the
+    p99 is of minute means: short bursts are the microburst finding's, not this one's."""
+    minutes = (
+        "SELECT device, port, ts, "
+        "greatest(sum(tx_util_sum) / sum(tx_util_n), sum(rx_util_sum) / sum(rx_util_n)) AS u, "
+        "greatest(max(tx_util_max), max(rx_util_max)) AS pk FROM rates_1m "
+        f"WHERE device_kind = 'switch' AND ts BETWEEN toDateTime({lo // 10**9}, 'UTC') "
+        f"AND toDateTime({hi // 10**9}, 'UTC') GROUP BY device, port, ts"
+    )
+    rows = store.query(
+        f"SELECT device, port, avg(u), quantile(0.99)(u), max(pk), countIf(u >= {band_top}), "
+        f"minIf(toUnixTimestamp(ts), u >= {band_top}) FROM ({minutes}) WHERE isFinite(u) "
+        f"GROUP BY device, port ORDER BY quantile(0.99)(u) DESC, avg(u) DESC, device, port LIMIT {int(limit)}"
+    )
+    return [
+        Headroom(d, p, float(m), float(q), float(k), int(n), int(first) * 10**9 if n else None)
+        for d, p, m, q, k, n, first in rows
+    ]
+
+
 COST_MIN_CALLS = 5
 """Calls of a (collective, size) needed before and during an incident to say what it cost."""
 
