@@ -49,8 +49,8 @@ class _Window:
     """One device's rows (its ports, then its uplink groups) over the window's buckets."""
 
     rows: tuple[str, ...]
-    groups: list[tuple[str, np.ndarray]]
-    """Each uplink group's id and its members' port indices."""
+    members: np.ndarray
+    """Per uplink group, its members' port indices, padded with -1."""
     sums: np.ndarray
     counts: np.ndarray
     peaks: np.ndarray
@@ -82,7 +82,7 @@ class Capacity:
             return []
         busiest = np.fmax(rx, tx) if rx is not None and tx is not None else (rx if rx is not None else tx)
         w = self._window(frame.device, tuple(frame.ports), poll)
-        util = np.concatenate([busiest / poll.line_Bps, _group_util(w.groups, tx, poll.line_Bps)])
+        util = np.concatenate([busiest / poll.line_Bps, _group_util(w.members, tx, poll.line_Bps)])
         bucket = frame.ts_ns // self._bucket_ns
         cleared = np.zeros(len(w.rows), dtype=bool)
         if bucket > w.bucket:
@@ -102,14 +102,17 @@ class Capacity:
             return w
         at = {p: i for i, p in enumerate(ports)}
         groups = [
-            (g.id, np.array([at[m] for m in g.members if m in at], dtype=np.intp))
+            (g.id, [at[m] for m in g.members if m in at])
             for g in poll.fabric.ecmp_groups(device)
             if sum(m in at for m in g.members) >= 2
         ]
+        members = np.full((len(groups), max((len(m) for _, m in groups), default=0)), -1, dtype=np.intp)
+        for i, (_, m) in enumerate(groups):
+            members[i, : len(m)] = m
         n, b = len(ports) + len(groups), self._buckets
         w = self._devices[device] = _Window(
             rows=ports + tuple(gid for gid, _ in groups),
-            groups=groups,
+            members=members,
             sums=np.zeros((n, b)),
             counts=np.zeros((n, b), dtype=np.int64),
             peaks=np.zeros((n, b), dtype=np.int64),
@@ -147,7 +150,7 @@ class Capacity:
         w.bucket = bucket
 
     def _symptoms(self, device: str, ts_ns: int, w: _Window, cleared: np.ndarray) -> list[Symptom]:
-        n_ports = len(w.rows) - len(w.groups)
+        n_ports = len(w.rows) - len(w.members)
 
         c = self.config
 
@@ -170,13 +173,14 @@ class Capacity:
         ]
 
 
-def _group_util(
-    groups: list[tuple[str, np.ndarray]], tx: np.ndarray | None, line_Bps: np.ndarray
-) -> np.ndarray:
-    """Each uplink group's bytes sent over its members' line rate (NaN where a member is unknown)."""
-    if not groups or tx is None:
-        return np.full(len(groups), np.nan)
-    return np.array([tx[m].sum() / line_Bps[m].sum() for _, m in groups])
+def _group_util(members: np.ndarray, tx: np.ndarray | None, line_Bps: np.ndarray) -> np.ndarray:
+    """Each uplink group's bytes sent over its members' line rate (NaN where a member is unknown),
+    all groups in one pass."""
+    if not members.size or tx is None:
+        return np.full(len(members), np.nan)
+    real = members >= 0
+    sent = np.where(real, tx[members], 0.0).sum(axis=1)
+    return sent / np.where(real, line_Bps[members], 0.0).sum(axis=1)
 
 
 def capacity_root(placement: Placement, key: SymptomKey, sym: Symptom) -> RootCause:
