@@ -7,7 +7,10 @@ directions: every link of a leaf-spine fabric has a switch end) and per uplink g
 bytes over their line rate), over a sliding ``window_s``:
 
 * mean utilisation at or above ``band_top``, or
-* a share of polls at or above ``peak`` of ``peak_share`` or more (the p99 reaching it)
+* within the band (a mean of ``band_bottom`` or more), a share of polls at or above ``peak`` of
+  ``peak_share`` or more: the p99 reaching it, no room left for bursts. A link that idles between
+  spells at line rate (an incast's receiver, a job's bursts) has room: those spells are the
+  incidents' and the microbursts' business, not capacity's
 
 makes the finding; it clears when the mean falls ``clear_margin`` below the band and the peaks stop.
 A window with polls for less than ``min_coverage`` of its time is not judged: missing data is
@@ -34,6 +37,8 @@ _NS = 1_000_000_000
 class CapacityConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     band_top: Fraction = 0.8
     """Mean utilisation from which a link or group runs hot (the brief's 60-80 % band's top)."""
+    band_bottom: Fraction = 0.6
+    """Mean utilisation from which peaks at ``peak`` leave a link no room for bursts."""
     peak: Fraction = 0.95
     """Utilisation that leaves no room for a burst."""
     peak_share: Fraction = 0.01
@@ -135,7 +140,7 @@ class Capacity:
             mean = w.sums.sum(axis=1) / n
             peaks = w.peaks.sum(axis=1) / n
         judged = n * dt_s >= c.min_coverage * c.window_s
-        hot = judged & ((mean >= c.band_top) | (peaks >= c.peak_share))
+        hot = judged & ((mean >= c.band_top) | ((mean >= c.band_bottom) & (peaks >= c.peak_share)))
         cool = judged & (mean < c.band_top - c.clear_margin) & (peaks < c.peak_share)
         w.since_ns[hot & ~w.active] = ts_ns - int(c.window_s * _NS)
         cleared = w.active & cool
@@ -161,7 +166,7 @@ class Capacity:
                 mean_util=float(w.mean[r]),
                 at_peak=float(w.at_peak[r]),
                 peak=c.peak,
-                no_room=int(w.at_peak[r] >= c.peak_share),
+                no_room=int(w.at_peak[r] >= c.peak_share and w.mean[r] >= c.band_bottom),
                 window_s=c.window_s,
             )
             return Symptom(

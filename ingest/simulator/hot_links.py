@@ -4,8 +4,9 @@ simulation carries it before any noise, averages at or above the band's top over
 A capacity finding is defined by a statistic of the traffic, not by a fault: any scenario whose
 jobs run a link hot for long enough has one, look-alike or not. So these labels come from the
 simulated utilisation itself: per switch port the busier of its two directions, per ECMP group its
-members' mean; a spell where the rolling mean over ``window_s`` holds at or above ``band_top`` is
-labelled from ``window_s`` before it first holds (the traffic that made it) to its last poll.
+members' mean; a spell where the rolling mean over ``window_s`` holds at or above ``band_top``, or
+at or above ``band_bottom`` with ``peak_share`` of the window at ``peak`` or more, is labelled from
+``window_s`` before it first holds (the traffic that made it) to its last poll.
 """
 
 from __future__ import annotations
@@ -32,19 +33,25 @@ def hot_link_labels(
     """``segments``: ``(t0, t1, util)`` in seconds, ``util`` per directed link, noise-free."""
     config = config or CapacityConfig()
     out, inn, members, names = _rows(fabric)
-    edges, integrals = [0.0], [np.zeros(len(names))]
+    edges = [0.0]
+    integrals, at_peak = [np.zeros(len(names))], [np.zeros(len(names))]
     for t0, t1, util in segments:
         ext = np.append(util, 0.0)  # index -1: a port with no link in that direction carries nothing
         ports = np.maximum(ext[out], ext[inn])
         groups = np.nanmean(np.where(members >= 0, ports[members], np.nan), axis=1) if members.size else []
-        integrals.append(integrals[-1] + np.concatenate([ports, groups]) * (t1 - t0))
+        rows = np.concatenate([ports, groups])
+        integrals.append(integrals[-1] + rows * (t1 - t0))
+        at_peak.append(at_peak[-1] + (rows >= config.peak) * (t1 - t0))
         edges.append(t1)
     times = np.arange(config.window_s, duration_s + poll_s / 2, poll_s)
     if times.size == 0:
         return []
-    area = np.stack(integrals)
-    mean = (_at(edges, area, times) - _at(edges, area, times - config.window_s)) / config.window_s
-    hot = mean >= config.band_top
+
+    def rolling(area: np.ndarray) -> np.ndarray:
+        return (_at(edges, area, times) - _at(edges, area, times - config.window_s)) / config.window_s
+
+    mean, peaks = rolling(np.stack(integrals)), rolling(np.stack(at_peak))
+    hot = (mean >= config.band_top) | ((mean >= config.band_bottom) & (peaks >= config.peak_share))
     labels = []
     for r, root in enumerate(names):
         for first, last in _runs(hot[:, r]):
