@@ -4,9 +4,13 @@ simulation carries it before any noise, averages at or above the band's top over
 A capacity finding is defined by a statistic of the traffic, not by a fault: any scenario whose
 jobs run a link hot for long enough has one, look-alike or not. So these labels come from the
 simulated utilisation itself: per switch port the busier of its two directions, per ECMP group its
-members' mean; a spell where the rolling mean over ``window_s`` holds at or above ``band_top``, or
-at or above ``band_bottom`` with ``peak_share`` of the window at ``peak`` or more, is labelled from
-``window_s`` before it first holds (the traffic that made it) to its last poll.
+members' mean; a spell where the rolling mean over ``window_s`` (what has run so far, once that is
+``min_coverage`` of a window, as the detector judges) holds at or above ``band_top``, or at or above
+``band_bottom`` with ``peak_share`` of the window at ``peak`` or more, is labelled from the window's
+start when it first holds (the traffic that made it) to its last poll. The share of polls at
+``peak`` is the expected one under the collector's noise (each poll's traffic varies by ``noise``
+around the segment's rate): a link at 90 % under 4 % noise reads 95 % in 8 % of its polls, as the
+detector then sees it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
+from scipy.special import ndtr
 
 from fabricwatch.detectors.capacity import CapacityConfig
 from fabricwatch.ingest.simulator.fabric import Fabric
@@ -28,6 +33,7 @@ def hot_link_labels(
     duration_s: float,
     poll_s: float,
     start_ns: int,
+    noise: float,
     config: CapacityConfig | None = None,
 ) -> list[Label]:
     """``segments``: ``(t0, t1, util)`` in seconds, ``util`` per directed link, noise-free."""
@@ -41,21 +47,23 @@ def hot_link_labels(
         groups = np.nanmean(np.where(members >= 0, ports[members], np.nan), axis=1) if members.size else []
         rows = np.concatenate([ports, groups])
         integrals.append(integrals[-1] + rows * (t1 - t0))
-        at_peak.append(at_peak[-1] + (rows >= config.peak) * (t1 - t0))
+        at_peak.append(at_peak[-1] + _share_at(rows, config.peak, noise) * (t1 - t0))
         edges.append(t1)
-    times = np.arange(config.window_s, duration_s + poll_s / 2, poll_s)
+    # As the detector judges: a window of what has been read so far, once that is half of one.
+    times = np.arange(config.min_coverage * config.window_s, duration_s + poll_s / 2, poll_s)
     if times.size == 0:
         return []
+    span = np.minimum(times, config.window_s)
 
     def rolling(area: np.ndarray) -> np.ndarray:
-        return (_at(edges, area, times) - _at(edges, area, times - config.window_s)) / config.window_s
+        return (_at(edges, area, times) - _at(edges, area, times - span)) / span[:, None]
 
     mean, peaks = rolling(np.stack(integrals)), rolling(np.stack(at_peak))
     hot = (mean >= config.band_top) | ((mean >= config.band_bottom) & (peaks >= config.peak_share))
     labels = []
     for r, root in enumerate(names):
         for first, last in _runs(hot[:, r]):
-            begin = times[first] - config.window_s
+            begin = times[first] - span[first]
             note = f"capacity: {_what(root)} averages {mean[first : last + 1, r].max():.0%} of line rate"
             labels.append(
                 Label(
@@ -91,6 +99,15 @@ def _rows(fabric: Fabric) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[Root
         members[i, : len(rows)] = rows
     names += [RootCause(g.device, group=g.id) for g, _ in groups]
     return np.array(out, dtype=np.intp), np.array(inn, dtype=np.intp), members, names
+
+
+def _share_at(util: np.ndarray, peak: float, noise: float) -> np.ndarray:
+    """The share of polls that read ``peak`` or more from traffic at ``util`` varying by ``noise``."""
+    if noise <= 0:
+        return (util >= peak).astype(float)
+    with np.errstate(divide="ignore"):
+        z = (peak / util - 1.0) / noise
+    return np.where(util > 0, ndtr(-z), 0.0)
 
 
 def _at(edges: list[float], area: np.ndarray, t: np.ndarray) -> np.ndarray:

@@ -223,8 +223,9 @@ class _Simulation:
             (a / NS, b / NS, self._state((a + b) / 2 / NS)[0].util)
             for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True)
         )
+        sc = self.sc
         return hot_link_labels(
-            self.fabric, segments, self.end_ns / NS, self.sc.poll_interval, self.sc.start_ns
+            self.fabric, segments, self.end_ns / NS, sc.poll_interval, sc.start_ns, sc.collector.noise
         )
 
     def _apply(self, event: tuple[str, int, str, int]) -> None:
