@@ -219,10 +219,12 @@ CAPACITY = IncidentKind(
     colour="tab:brown",
     hint="Add capacity (links, uplinks) or move traffic: the link has no headroom for bursts.",
     describe=describe,
+    # The window is whole buckets, so it trails the traffic by up to a bucket, and is judged at
+    # the next bucket's close: a window and two buckets after the traffic began, and a poll.
     delay_bound_s=lambda poll_s, config, severity: (
-        config.capacity.window_s + config.capacity.bucket_s + poll_s
+        config.capacity.window_s + 2 * config.capacity.bucket_s + poll_s
     ),
-    delay="window_s + bucket_s + 1 poll",
+    delay="window_s + 2 x bucket_s + 1 poll",
 )
 
 DETECTOR = Detector(

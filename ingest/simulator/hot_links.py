@@ -39,27 +39,36 @@ def hot_link_labels(
     """``segments``: ``(t0, t1, util)`` in seconds, ``util`` per directed link, noise-free."""
     config = config or CapacityConfig()
     out, inn, members, names = _rows(fabric)
-    edges = [0.0]
-    integrals, at_peak = [np.zeros(len(names))], [np.zeros(len(names))]
+    edges, areas = [0.0], [np.zeros(int(fabric.n_links))]
     for t0, t1, util in segments:
-        ext = np.append(util, 0.0)  # index -1: a port with no link in that direction carries nothing
-        ports = np.maximum(ext[out], ext[inn])
-        groups = np.nanmean(np.where(members >= 0, ports[members], np.nan), axis=1) if members.size else []
-        rows = np.concatenate([ports, groups])
-        integrals.append(integrals[-1] + rows * (t1 - t0))
-        at_peak.append(at_peak[-1] + _share_at(rows, config.peak, noise) * (t1 - t0))
+        areas.append(areas[-1] + util * (t1 - t0))
         edges.append(t1)
-    # As the detector judges: a window of what has been read so far, once that is half of one.
-    times = np.arange(config.min_coverage * config.window_s, duration_s + poll_s / 2, poll_s)
-    if times.size == 0:
+    polls = np.arange(poll_s, duration_s + poll_s / 2, poll_s)
+    if polls.size == 0:
         return []
-    span = np.minimum(times, config.window_s)
+    # What each poll reads: the mean of its interval per directed link (a sub-poll burst averaged
+    # out, as counters average it), then per port the busier direction, per group what it sends.
+    read = np.diff(np.vstack([np.zeros(len(areas[0])), _at(edges, np.stack(areas), polls)]), axis=0) / poll_s
+    read = np.hstack([read, np.zeros((len(polls), 1))])  # column -1: no link in that direction
+    ports = np.maximum(read[:, out], read[:, inn])
+    real = members >= 0
+    sent = np.where(real[None], read[:, out[members]], 0.0).sum(axis=2) / np.maximum(real.sum(axis=1), 1)
+    rows = np.hstack([ports, sent])
+    # As the detector judges: a window of what has been read so far, once that is half of one.
+    window = max(1, round(config.window_s / poll_s))
+    n = np.minimum(np.arange(1, len(polls) + 1), window)
+    judged = n * poll_s >= config.min_coverage * config.window_s
 
-    def rolling(area: np.ndarray) -> np.ndarray:
-        return (_at(edges, area, times) - _at(edges, area, times - span)) / span[:, None]
+    def rolling(per_poll: np.ndarray) -> np.ndarray:
+        total = np.vstack([np.zeros(per_poll.shape[1]), np.cumsum(per_poll, axis=0)])
+        i = np.arange(1, len(polls) + 1)
+        return (total[i] - total[i - n]) / n[:, None]
 
-    mean, peaks = rolling(np.stack(integrals)), rolling(np.stack(at_peak))
-    hot = (mean >= config.band_top) | ((mean >= config.band_bottom) & (peaks >= config.peak_share))
+    mean, peaks = rolling(rows), rolling(_share_at(rows, config.peak, noise))
+    hot = judged[:, None] & (
+        (mean >= config.band_top) | ((mean >= config.band_bottom) & (peaks >= config.peak_share))
+    )
+    times, span = polls, n * poll_s
     labels = []
     for r, root in enumerate(names):
         for first, last in _runs(hot[:, r]):
