@@ -22,31 +22,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import msgspec
 import numpy as np
 
 from fabricwatch.detectors.evidence import evidence, seen_now
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
-from fabricwatch.schemas.config import Fraction, Positive
+from fabricwatch.schemas.capacity import CapacityConfig
 from fabricwatch.schemas.messages import RootCause, Symptom
 
 _NS = 1_000_000_000
-
-
-class CapacityConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    band_top: Fraction = 0.8
-    """Mean utilisation from which a link or group runs hot (the brief's 60-80 % band's top)."""
-    band_bottom: Fraction = 0.6
-    """Mean utilisation from which peaks at ``peak`` leave a link no room for bursts."""
-    peak: Fraction = 0.95
-    """Utilisation that leaves no room for a burst."""
-    peak_share: Fraction = 0.01
-    """Share of the window's polls at or above ``peak`` that is the p99 reaching it."""
-    window_s: Positive = 300.0
-    bucket_s: Positive = 60.0
-    min_coverage: Fraction = 0.5
-    clear_margin: Fraction = 0.05
 
 
 @dataclass

@@ -20,8 +20,8 @@ from collections.abc import Iterable
 import numpy as np
 from scipy.special import ndtr
 
-from fabricwatch.detectors.capacity import CapacityConfig
 from fabricwatch.ingest.simulator.fabric import Fabric
+from fabricwatch.schemas.capacity import CapacityConfig
 from fabricwatch.schemas.messages import Label, RootCause
 
 NS = 1_000_000_000
