@@ -23,6 +23,10 @@ from fabricwatch.detectors.persistence import WindowPersistence
 from fabricwatch.detectors.rates import Layout, RateFrame
 from fabricwatch.schemas.messages import Label, Symptom
 
+NORMAL = frozenset({"benign", "capacity"})
+"""Labels of healthy traffic, which training keeps: a look-alike, and a link running hot (a
+statistic of the traffic, not a fault: leaving its hours out left no busy host port to learn)."""
+
 
 def load_detector(path: str | Path, config: OutlierConfig | None = None) -> OutlierDetector:
     """The online detector of a model file: what every command given ``--model`` runs."""
@@ -70,8 +74,8 @@ class FeatureCollector:
 
     def batches(self, labels: list[Label]) -> dict[str, np.ndarray]:
         """Feature rows per class, without any interval that overlaps a fault label: a baseline
-        trace may hold faults, and only benign look-alikes may be learned as normal."""
-        faults = [(lb.start_ns, lb.end_ns) for lb in labels if lb.kind != "benign"]
+        trace may hold faults, and only healthy traffic (``NORMAL``) may be learned as normal."""
+        faults = [(lb.start_ns, lb.end_ns) for lb in labels if lb.kind not in NORMAL]
         out = {}
         for name, blocks in self._blocks.items():
             if not blocks:
