@@ -122,7 +122,8 @@ def write_report(
     }
     steps = queries.job_steps(store, jobs, lo, hi)
     headroom = queries.capacity_ranking(store, lo, hi)
-    written.append(_index(out_dir, written, incidents, costs, steps, headroom, lo, hi))
+    bursting = queries.burst_ranking(store, lo, hi)
+    written.append(_index(out_dir, written, incidents, costs, steps, headroom, bursting, lo, hi))
     return written
 
 
@@ -362,6 +363,7 @@ def _index(
     costs: dict[tuple[str, int], list[str]],
     steps: list[queries.StepSummary],
     headroom: list[queries.Headroom],
+    bursting: list[queries.Bursting],
     lo: int,
     hi: int,
 ) -> Path:
@@ -402,7 +404,7 @@ pfc_storm red, incast orange, ecmp_collapse purple, outlier grey.</p>
 <th>summary</th><th>what it cost the jobs</th></tr>
 {rows}
 </table>
-{_steps_table(steps)}{_headroom_table(headroom)}<h2>Charts</h2>
+{_steps_table(steps)}{_headroom_table(headroom)}{_bursts_table(bursting)}<h2>Charts</h2>
 {figures}
 </body></html>
 """
@@ -469,6 +471,37 @@ def _headroom_table(ranking: list[queries.Headroom]) -> str:
 <p>The switch ports with the least headroom (the busier direction of each; a link should average
 60-80 % of line rate with peaks below 95 %), from the minute rollup: the p99 is of minute means.</p>
 <table><tr><th>port</th><th>mean</th><th>p99 (minutes)</th><th>peak poll</th><th>at 80 % or more</th></tr>
+{rows}
+</table>
+"""
+
+
+def _bursts_table(ranking: list[queries.Bursting]) -> str:
+    """The switch ports whose queues burst longest, from their microburst findings."""
+    if not ranking:
+        return ""
+    rows = "\n".join(
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(v)}</td>"
+            for v in (
+                f"{b.device} {b.port}",
+                str(b.findings),
+                f"{b.open_s / 60:.1f} min",
+                f"{b.share:.0%}",
+                f"{b.peak_bytes / 1e3:.0f} KB",
+                ", ".join(b.jobs),
+            )
+        )
+        + "</tr>"
+        for b in ranking
+    )
+    return f"""<h2>Microbursts</h2>
+<p>The switch ports whose queues filled into the ECN marking band between two reads, poll after
+poll, at a low mean rate: the findings open longest first, with the most of a window's polls
+that burst and the deepest watermark of any burst.</p>
+<table><tr><th>port</th><th>findings</th><th>open</th><th>polls that burst (most)</th>
+<th>deepest watermark</th><th>jobs running</th></tr>
 {rows}
 </table>
 """

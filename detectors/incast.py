@@ -110,7 +110,7 @@ class IncastDetector:
         tx = frame.port("tx_bytes")
         rx = frame.port("rx_bytes")
 
-        band = _Band.of(cfg, poll.fabric.ecn_curve(frame.device, frame.ports, queues), watermark.shape)
+        band = EcnBand.of(cfg, poll.fabric.ecn_curve(frame.device, frame.ports, queues), watermark.shape)
         by_depth = band.position(watermark)
         by_marks = self._marked_position(frame, ecn, queues, band)
         position = np.fmax(by_depth, by_marks)
@@ -164,7 +164,7 @@ class IncastDetector:
         )
 
     def _marked_position(
-        self, frame: RateFrame, ecn: np.ndarray | None, queues: np.ndarray, band: _Band
+        self, frame: RateFrame, ecn: np.ndarray | None, queues: np.ndarray, band: EcnBand
     ) -> np.ndarray:
         """Where in the band each queue stood over the poll, from the share of its packets marked
         (WRED marks ``pmax`` of them at the top of the band), discounted by ``standing_marks`` for
@@ -180,7 +180,7 @@ class IncastDetector:
         occupancy: np.ndarray | None,
         by_depth: np.ndarray,
         by_marks: np.ndarray,
-        band: _Band,
+        band: EcnBand,
         tx: np.ndarray,
         line_Bps: np.ndarray,
     ) -> np.ndarray:
@@ -213,7 +213,7 @@ class IncastDetector:
 
 
 @dataclass(frozen=True)
-class _Band:
+class EcnBand:
     """The ECN marking band of each (port, queue) cell: the topology's where it has one, else the
     configured one."""
 
@@ -223,7 +223,7 @@ class _Band:
     from_topology: np.ndarray
 
     @classmethod
-    def of(cls, cfg: IncastConfig, curve: EcnCurve | None, shape: tuple[int, ...]) -> _Band:
+    def of(cls, cfg: IncastConfig, curve: EcnCurve | None, shape: tuple[int, ...]) -> EcnBand:
         if curve is None:
             return cls(
                 np.full(shape, cfg.ecn_kmin_bytes),

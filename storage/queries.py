@@ -477,6 +477,45 @@ def capacity_ranking(
     ]
 
 
+@dataclass(frozen=True)
+class Bursting:
+    """A switch port's microburst findings over a range: how many, how long they were open (from
+    the first burst to the window's share halving), the largest share of a window's polls that
+    burst, the deepest watermark, and the jobs running."""
+
+    device: str
+    port: str
+    findings: int
+    open_s: float
+    share: float
+    peak_bytes: float
+    jobs: tuple[str, ...]
+
+
+def burst_ranking(store: Store, lo: int, hi: int, limit: int = 20) -> list[Bursting]:
+    """The switch ports whose microburst findings were open longest in ``[lo, hi]``, from their
+    events (each finding's figures at their largest over its life)."""
+    ev = "evidence"
+    findings = (
+        "SELECT fingerprint, start_ns, argMax(root_device, ts_ns) AS d, argMax(root_port, ts_ns) AS p, "
+        "argMax(coalesce(end_ns, ts_ns), ts_ns) AS until, argMax(jobs, ts_ns) AS j, "
+        f"max(JSONExtractFloat({ev}, 'most_bursting')) AS share, "
+        f"max(JSONExtractFloat({ev}, 'peak_watermark_bytes')) AS peak "
+        f"FROM anomaly_events WHERE kind = 'microbursts' AND start_ns <= {hi} "
+        f"GROUP BY fingerprint, start_ns HAVING until >= {lo}"
+    )
+    rows = store.query(
+        "SELECT d, p, count(), sum(least(until, "
+        f"{hi}) - greatest(start_ns, {lo})) / 1e9 AS s, max(share), max(peak), "
+        f"arraySort(groupUniqArrayArray(j)) FROM ({findings}) GROUP BY d, p "
+        f"ORDER BY s DESC, d, p LIMIT {int(limit)}"
+    )
+    return [
+        Bursting(d, p, int(n), float(secs), float(share), float(peak), tuple(jobs))
+        for d, p, n, secs, share, peak, jobs in rows
+    ]
+
+
 COST_MIN_CALLS = 5
 """Calls of a (collective, size) needed before and during an incident to say what it cost."""
 

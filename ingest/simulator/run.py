@@ -16,16 +16,19 @@ from __future__ import annotations
 import fnmatch
 import time
 from collections import OrderedDict, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from fabricwatch.ingest.simulator.bursts import BurstTruth
 from fabricwatch.ingest.simulator.calls import call_timers, pace
 from fabricwatch.ingest.simulator.congestion import solve
 from fabricwatch.ingest.simulator.counters import (
     NIC_TABLE,
     PHY_GAUGES,
+    QUEUE,
     SWITCH_TABLE,
     Bank,
     Rates,
@@ -76,7 +79,7 @@ def simulate(scenario: Scenario, out: Path, seed: int | None = None) -> SimStats
     activities = job_activities(scenario, fabric)
     plan = plan_faults(scenario, fabric, activities)
     sim = _Simulation(scenario, fabric, activities + plan.activities, plan, seed)
-    plan.labels += sim.hot_links()
+    plan.labels += sim.traffic_labels()
     meta = {
         "scenario": scenario.name,
         "seed": seed,
@@ -215,18 +218,24 @@ class _Simulation:
                 self._calls_until(writer, b)
         self._flush(writer)
 
-    def hot_links(self) -> list[Label]:
-        """The capacity findings the run's traffic makes (``hot_links``), from its noise-free
-        utilisation, segment by segment (the solved states are cached for the run itself)."""
-        edges = self._edges()
-        segments = (
-            (a / NS, b / NS, self._state((a + b) / 2 / NS)[0].util)
-            for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True)
+    def traffic_labels(self) -> list[Label]:
+        """The findings the run's traffic makes rather than a fault: capacity (``hot_links``) and
+        microbursts (``bursts``), from its noise-free state, segment by segment, in one pass (the
+        solved states are cached for the run itself)."""
+        sc, edges = self.sc, self._edges()
+        bursts = BurstTruth(self.fabric, self.end_ns / NS, sc.poll_interval, sc.fabric.ecn_kmin_kb * 1024)
+        paused = SWITCH_TABLE.col("rx_pfc_duration_us", QUEUE)
+
+        def segments() -> Iterator[tuple[float, float, np.ndarray]]:
+            for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
+                state = self._state((a + b) / 2 / NS)[0]
+                bursts.add(a / NS, b / NS, state.util, state.queue, state.switch[:, paused] / 1e6)
+                yield a / NS, b / NS, state.util
+
+        hot = hot_link_labels(
+            self.fabric, segments(), self.end_ns / NS, sc.poll_interval, sc.start_ns, sc.collector.noise
         )
-        sc = self.sc
-        return hot_link_labels(
-            self.fabric, segments, self.end_ns / NS, sc.poll_interval, sc.start_ns, sc.collector.noise
-        )
+        return hot + bursts.labels(sc.start_ns)
 
     def _apply(self, event: tuple[str, int, str, int]) -> None:
         what, index, counter, amount = event

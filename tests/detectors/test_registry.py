@@ -201,6 +201,7 @@ def test_every_shipped_kind_says_what_a_user_sees():
         "job_straggler",
         "job_hang",
         "capacity",
+        "microbursts",
     }
     assert REGISTRY.kinds(needs_model=True) == {"outlier"}
 

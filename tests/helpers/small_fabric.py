@@ -15,7 +15,7 @@ SCENARIO = """\
 name: {name}
 seed: {seed}
 duration: {duration}
-poll_interval: 1.0
+poll_interval: {poll}
 fabric: {{leaves: 2, spines: 4, hosts_per_leaf: 8}}
 collector: {{noise: 0.03, jitter_ms: 10{collector}}}
 jobs:
@@ -29,13 +29,19 @@ faults:
 
 
 def replayed(
-    tmp_path: Path, name: str, faults: str, seed: int, duration: int, collector: str = ""
+    tmp_path: Path,
+    name: str,
+    faults: str,
+    seed: int,
+    duration: int,
+    collector: str = "",
+    poll_s: float = 1.0,
 ) -> list[Anomaly]:
     """Every anomaly event found in the scenario. ``faults``: YAML list items (indented two
     spaces) or empty; ``collector``: more collector keys, each after a comma."""
     scenario = tmp_path / f"{name}.yaml"
     text = SCENARIO.format(
-        name=name, seed=seed, duration=duration, collector=collector, faults=faults or "  []"
+        name=name, seed=seed, duration=duration, poll=poll_s, collector=collector, faults=faults or "  []"
     )
     scenario.write_text(text)
     trace = tmp_path / f"{name}.trace.gz"
