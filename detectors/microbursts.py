@@ -7,9 +7,11 @@ packets. Neither is an incast (a queue that stands, at line rate) nor a capacity
 that stays high); both are the microbursts an All-to-All makes, which cost marks (senders slowed
 by DCQCN) and, deeper, pauses. Per (port, queue) and poll, a burst is
 
-* the watermark at or above Kmin (the topology's where it gives the queue's profile, else the
-  incast detector's configured one), or ECN marks counted: marks need no profile, WRED marks only
-  above Kmin, whatever the switch runs;
+* ECN marks counted on the queue: the burst's cost, and proof that it went past Kmin whatever
+  profile the switch runs (WRED marks nothing below it). A watermark at Kmin that marked nothing
+  cost nothing (found in the suite: queues standing at Kmin, their watermarks a hair past the
+  configured one). On a switch that does not count marks, the watermark at or above Kmin (the
+  topology's where it gives the queue's profile, else the incast detector's configured one);
 * within a poll whose mean egress rate is below ``max_mean_utilisation`` of line rate (far from
   line rate: the queue filled faster than the poll can show);
 * with the port not paused by its peer for ``min_pause_fraction`` of the poll (a queue held by
@@ -86,9 +88,10 @@ class Microbursts:
             self.incast, poll.fabric.ecn_curve(frame.device, frame.ports, queues), watermark.shape
         )
         kmin = band.kmin
-        reached, read = watermark >= kmin, ~np.isnan(watermark)
-        if marks is not None:
-            reached, read = reached | (marks > 0), read | ~np.isnan(marks)
+        if marks is not None:  # the cost itself; WRED marks only past the switch's own Kmin
+            reached, read = marks > 0, ~np.isnan(marks)
+        else:
+            reached, read = watermark >= kmin, ~np.isnan(watermark)
         low = (tx < self.config.max_mean_utilisation * poll.line_Bps)[:, None]
         burst = reached & low & ~self._held(frame, queues)
         if occupancy is not None:

@@ -6,7 +6,7 @@ bursty All-to-All makes one as much as an ``absorbed_burst`` look-alike does. So
 from the simulation's own state, segment by segment, before any noise: per poll interval and
 switch egress queue, the deepest the queue stood (the watermark the next read shows) and the mean
 rate of its link. A poll bursts when the queue went past the fabric's Kmin (where WRED starts
-marking: the detector sees the marks or the watermark) and was back below it when read, at a mean
+marking: the detector sees the marks) and was back below it when read, at a mean
 below ``max_mean_utilisation``, with the port not held by its peer's pauses (a storm's queue stands
 still; it does not burst).
 The labels follow the detector's rule (``schemas/bursts.py``) over a sliding window of what has

@@ -21,10 +21,11 @@ NS = 1_000_000_000
 T0 = 1_767_225_600 * NS
 LINE = 5e10  # 400 Gb/s in bytes a second
 KMIN = 150_000.0
-PORTS = ["Ethernet0", "Ethernet8", "Ethernet16", "Ethernet24", "Ethernet32"]
+PORTS = ["Ethernet0", "Ethernet8", "Ethernet16", "Ethernet24", "Ethernet32", "Ethernet40"]
 """A leaf's host ports: bursting every poll; bursting once; in the band at 85 % and still deep
 when read (it stands: an incast's, not a burst); on a shallow profile, marking with its watermark
-under the configured Kmin; bursting in one poll of ten."""
+under the configured Kmin; bursting in one poll of ten; its watermark a hair past Kmin every poll,
+marking nothing (no cost)."""
 SPECS = (
     CounterSpec("tx_bytes", "counter", 64),
     CounterSpec("queue_watermark_bytes", "watermark", 64, index=3),
@@ -53,6 +54,7 @@ def bursty(t: int, bursting: bool = True) -> list[list[float]]:
         [0.85, 900_000, 40_000, 700_000],
         [0.3, 90_000, 300, 2_000] if bursting else quiet,
         [0.3, 500_000, 1_000, 0] if t % 10 == 0 else quiet,
+        [0.3, 170_000, 0, 300],
     ]
 
 
