@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -84,6 +84,7 @@ class AlertsSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     give_up_log: str | None = None
     give_up_topic: str | None = None
     replay_clock: Literal["trace", "wall"] = "trace"
+    findings_receiver: str | None = None
 
 
 class Secret:
@@ -174,6 +175,7 @@ def parse_alerts(
         raise ConfigError(f"{where}: alerts.{exc}") from None
     root_opts = RouteOpts(receiver=spec.route.receiver)
     route = _route(spec.route, root_opts, "alerts.route", "{}", where, set(receivers), root=True)
+    route.routes.append(_findings_route(spec.findings_receiver or route.opts.receiver, where, set(receivers)))
     return AlertsConfig(
         receivers=receivers,
         route=route,
@@ -309,6 +311,27 @@ def _route(
         for i, child in enumerate(spec.routes)
     ]
     return Route(opts, matchers, spec.continue_, children, own_key)
+
+
+FINDINGS = RouteOpts(
+    receiver="",
+    group_by=("alertname", "class"),
+    group_wait=300.0,
+    group_interval=3600.0,
+    repeat_interval=86400.0,
+)
+"""How findings that no route of the config takes are sent: an hourly digest per kind, said again
+daily while open, not a page per finding."""
+
+
+def _findings_route(receiver: str, where: str, receivers: set[str]) -> Route:
+    """The root's last child: findings (``class="finding"``: a link running hot, a queue that
+    bursts) that none of the config's own routes took go to ``findings_receiver`` (by default the
+    root's receiver) as a digest, apart from incident pages."""
+    if receiver not in receivers:
+        raise ConfigError(f"{where}: alerts.findings_receiver: no receiver named {receiver!r}")
+    matchers = parse_matchers(['class="finding"'], "findings", where)
+    return Route(replace(FINDINGS, receiver=receiver), matchers, key=child_key("{}", matchers))
 
 
 def _timer(value: Duration | None, inherited: float, key: str) -> float:

@@ -81,6 +81,7 @@ def anomaly_alert(anomaly: Anomaly, static: dict[str, str], generator_url: str =
     root = anomaly.root
     labels = dict(static)
     labels.update(alertname=anomaly.kind, kind=anomaly.kind, severity=anomaly.severity, device=root.device)
+    labels["class"] = "finding" if anomaly.finding else "incident"
     if root.port:
         labels["port"] = root.port
     if root.priority is not None:

@@ -203,6 +203,7 @@ CAPACITY = IncidentKind(
     colour="tab:brown",
     hint="Add capacity (links, uplinks) or move traffic: the link has no headroom for bursts.",
     describe=describe,
+    finding=True,
     # The window is whole buckets, so it trails the traffic by up to a bucket, and is judged at
     # the next bucket's close: a window and two buckets after the traffic began, and a poll.
     delay_bound_s=lambda poll_s, config, severity: (

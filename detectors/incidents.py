@@ -499,4 +499,5 @@ class Correlator:
             collectives=list(incident.collectives),
             evidence=dict(incident.evidence),
             caused_by=incident.caused_by,
+            finding=self.registry.incidents[incident.kind].finding,
         )

@@ -277,6 +277,7 @@ MICROBURSTS = IncidentKind(
     ),
     describe=describe,
     carried=("peak_watermark_bytes", "most_bursting"),
+    finding=True,
     # Judged at a bucket's close once half a window is read; the share may need the whole window.
     delay_bound_s=lambda poll_s, config, severity: (
         config.microbursts.window_s + 2 * config.microbursts.bucket_s + poll_s

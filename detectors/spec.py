@@ -201,6 +201,9 @@ class IncidentKind:
     carried: tuple[str, ...] = ()
     """Evidence that is the incident's over its life, not its latest symptom's: kept from update
     to update (a peak, a sticky finding)."""
+    finding: bool = False
+    """A state of the fabric between incidents (capacity, microbursts), not a fault: its anomalies
+    say so (``Anomaly.finding``), and the alerter routes them apart from incident pages."""
     needs_model: bool = False
     """Found only with a learned model loaded: not scored by the evaluation otherwise."""
     delay_bound_s: DelayBound | None = None

@@ -176,6 +176,10 @@ class Anomaly(msgspec.Struct, tag="anomaly", tag_field="type", omit_defaults=Tru
     caused_by: str = ""
     """The fingerprint of the incident that causes this one (drops at a dead link's port, at an
     incast's overflowing queue), set when it fires: the alerter pages the cause, not this."""
+    finding: bool = False
+    """A state of the fabric between incidents (a link running hot, a queue that bursts), not a
+    fault: its alert is labelled ``class="finding"`` and routed apart from incident pages
+    (``docs/alerts.md``)."""
     v: int = SCHEMA_VERSION
 
 

@@ -157,6 +157,35 @@ ROUTES = {
 }
 
 
+def test_findings_go_apart_from_incident_pages_unless_a_route_takes_them():
+    """A link running hot or a queue that bursts is not a fault: where no route of the config takes
+    it, it goes to ``findings_receiver`` (by default the root's) as an hourly digest per kind, not
+    to the incident pages; a route that names it still takes it."""
+    hot = anomaly("h", kind="capacity", finding=True, severity="info", root=RootCause("leaf-h", "Ethernet0"))
+    al = Alerter(config(ROUTES, findings_receiver="pager"))
+    assert al.ingest(hot, T0) == 1 and al.ingest(anomaly("i"), T0) == 1
+    assert {(n.receiver, n.group_key) for n in al.advance(T0).notifications} == {
+        ("ops", '{}:{alertname="incast"}')
+    }
+    (digest,) = al.advance(T0 + 300).notifications  # group_wait 5 min
+    assert (
+        digest.receiver == "pager"
+        and digest.group_key == '{}/{class="finding"}:{alertname="capacity", class="finding"}'
+    )
+    assert [a.labels["class"] for a in digest.alerts] == ["finding"]
+    default = Alerter(config(ROUTES))
+    default.ingest(hot, T0)
+    assert [n.receiver for n in default.advance(T0 + 300).notifications] == ["ops"]
+    named = {**ROUTES, "routes": [{"matchers": ['kind="capacity"'], "receiver": "pager"}, *ROUTES["routes"]]}
+    taken = Alerter(config(named))
+    taken.ingest(hot, T0)
+    assert [(n.receiver, n.group_key) for n in taken.advance(T0).notifications] == [
+        ("pager", '{}/{kind="capacity"}:{alertname="capacity"}')
+    ]
+    with pytest.raises(ConfigError, match=r"alerts\.findings_receiver: no receiver named 'nobody'"):
+        config(ROUTES, findings_receiver="nobody")
+
+
 def test_routes_match_first_child_unless_continue_and_fall_back_to_the_parent():
     al = Alerter(config(ROUTES))
     storm = anomaly("s", kind="pfc_storm", severity="critical")
@@ -168,8 +197,8 @@ def test_routes_match_first_child_unless_continue_and_fall_back_to_the_parent():
     out = al.advance(T0).notifications
     got = {(n.receiver, n.group_key) for n in out}
     storm_labels = (
-        'alertname="pfc_storm", device="leaf-s", kind="pfc_storm", port="Ethernet8", priority="3", '
-        'severity="critical"'
+        'alertname="pfc_storm", class="incident", device="leaf-s", kind="pfc_storm", port="Ethernet8", '
+        'priority="3", severity="critical"'
     )
     assert ("pager", '{}/{severity="critical"}:{' + storm_labels + "}") in got
     assert ("ops", '{}:{alertname="incast"}') in got
@@ -352,6 +381,7 @@ def test_payload_is_alertmanager_v4_field_by_field():
     assert body["groupLabels"] == {"alertname": "incast", "job": "llm-a"}
     assert body["commonLabels"] == {
         "alertname": "incast",
+        "class": "incident",
         "kind": "incast",
         "severity": "warning",
         "port": "Ethernet8",
@@ -603,6 +633,7 @@ def test_the_documented_config_parses(tmp_path):
         "{}",
         '{}/{severity="critical"}',
         '{}/{kind=~"incast|ecmp_collapse",job!=""}',
+        '{}/{class="finding"}',  # findings no route of the config takes: apart, as a digest
     ]
 
 
