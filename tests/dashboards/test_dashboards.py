@@ -26,12 +26,13 @@ from fabricwatch.storage.queries import anomalies_from_store
 pytestmark = pytest.mark.slow  # a replayed store in embedded ClickHouse
 
 ASSETS = ROOT / "dashboards" / "grafana"
-ON_THE_DEMO = sorted(uid for uid in DASHBOARDS if uid != "fw-link-health")
+ON_THE_DEMO = sorted(uid for uid in DASHBOARDS if uid not in ("fw-link-health", "fw-capacity"))
 TIMED_CALLS = ("Bus bandwidth of the jobs'", "Time of the jobs'", "Step time of the jobs", "Share of a step")
 """Panels over each call's time, which the demo's jobs do not give (an NCCL log's view): they are
 checked on the Inspector's records in ``test_dashboard_job_timeline.py``."""
 """Dashboards whose every panel the demo fills; link health has its own store
-(``test_dashboard_link_health.py``): the simulator has no FEC, CRC or PFC watchdog counters."""
+(``test_dashboard_link_health.py``): the simulator has no FEC, CRC or PFC watchdog counters; so
+has capacity (``test_dashboard_capacity.py``): the demo's five minutes hold no hot hour."""
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +47,10 @@ def span(replayed) -> tuple[int, int]:
     return stored_span(replayed)
 
 
-def test_the_seven_dashboards_ship_as_package_data():
+def test_the_eight_dashboards_ship_as_package_data():
     assert dashboard_names() == [
         "anomalies.json",
+        "capacity.json",
         "ecmp-balance.json",
         "fabric-overview.json",
         "incast.json",
