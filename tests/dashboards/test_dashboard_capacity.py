@@ -74,6 +74,10 @@ def test_the_hot_ports_top_the_headroom_table_and_their_series(store):
         assert p99 == pytest.approx(0.9, abs=0.05) and mean < p99 <= peak and 6 <= hot_minutes <= 9
     shown = {r[1] for r in panel(store, "Utilisation of the ten ports")}
     assert {f"{d}:{p}" for d, p in HOT} <= shown
+    bands = {(r[0], r[1]): r[2:6] for r in panel(store, "Minutes per utilisation band")}
+    assert set(bands) == HOT, "only the ports that ran hot"
+    for below, _in_band, hot, full in bands.values():
+        assert 6 <= hot + full <= 9 and below >= 1  # the job's 8 minutes; idle before and after
 
 
 def test_the_bursting_queue_and_both_kinds_of_finding(store):

@@ -81,7 +81,7 @@ def test_panels_use_the_clickhouse_plugin_query_model(uid):
 
 
 def test_dashboards_differ_in_uid_and_title():
-    assert len({d["title"] for d in DASHBOARDS.values()}) == len(DASHBOARDS) == 7
+    assert len({d["title"] for d in DASHBOARDS.values()}) == len(DASHBOARDS) == 8
 
 
 @pytest.mark.parametrize("uid", ON_THE_DEMO)
@@ -194,7 +194,7 @@ def test_push_annotates_the_stored_incidents_once(replayed, tmp_path, capsys):
             str(replayed.backend.data_dir),
         ]
         assert main(argv) == 0 and main(argv) == 0
-        assert capsys.readouterr().out.splitlines()[-1].endswith(": 0 created, 0 updated, 12 unchanged")
+        assert capsys.readouterr().out.splitlines()[-1].endswith(": 0 created, 0 updated, 13 unchanged")
         assert len(fake.annotations) == 3 and len(fake.dashboards) == len(DASHBOARDS)
         storm = next(a for a in fake.annotations.values() if "kind:pfc_storm" in a["tags"])
         assert "h002/mlx5_0:1" in storm["text"] and storm["timeEnd"] > storm["time"]
