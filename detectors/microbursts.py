@@ -36,6 +36,7 @@ from fabricwatch.detectors.incast import EcnBand, IncastConfig
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
+from fabricwatch.detectors.windows import pack, unpack
 from fabricwatch.schemas.bursts import MicroburstConfig
 from fabricwatch.schemas.messages import RootCause, Symptom
 
@@ -75,6 +76,13 @@ class Microbursts:
     def open(self, device: str) -> bool:
         w = self._devices.get(device)
         return bool(w is not None and w.active.any())
+
+    def window_state(self, device: str) -> bytes | None:
+        w = self._devices.get(device)
+        return None if w is None else pack(w, bucket_s=self.config.bucket_s, buckets=self._buckets)
+
+    def restore_window(self, device: str, state: bytes) -> None:
+        self._devices[device] = unpack(_Window, state, bucket_s=self.config.bucket_s, buckets=self._buckets)
 
     def update(self, poll: Poll) -> list[Symptom]:
         frame = poll.frame

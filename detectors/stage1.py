@@ -24,6 +24,7 @@ from fabricwatch.detectors.outliers import OutlierStage
 from fabricwatch.detectors.rates import RateEngine, RateFrame
 from fabricwatch.detectors.registry import REGISTRY, Registry
 from fabricwatch.detectors.spec import DeviceDetector, PacedDetector, Poll
+from fabricwatch.detectors.windows import WindowedDetector, WindowError
 from fabricwatch.schemas.messages import Snapshot, Symptom, Topology
 
 
@@ -39,10 +40,14 @@ class Stage1:
         self.fabric = FabricMap(None, self.config.default_link_gbps)
         self._detectors: dict[str, list[DeviceDetector]] = {"nic": [], "switch": []}
         self._paced: dict[str, list[PacedDetector]] = {"nic": [], "switch": []}
+        self._windowed: dict[str, WindowedDetector] = {}
+        """Detectors that judge a device over a window, by name: their windows move with the device."""
         for spec in registry.device:
             detector = spec.make(self.config)  # type: ignore[misc]
             for kind in spec.device_kinds:
                 (self._paced if spec.paced else self._detectors)[kind].append(detector)  # type: ignore[arg-type]
+            if hasattr(detector, "window_state"):
+                self._windowed[spec.name] = detector  # type: ignore[assignment]
         self._watches = [spec.watch(self.config) for spec in registry.detectors if spec.watch is not None]
         self._outliers = outliers
         self._signals = {kind: registry.calm_signals(kind) for kind in self._detectors}
@@ -120,6 +125,28 @@ class Stage1:
         newest time); call once per tick."""
         held = self._outliers.flush() if self._outliers is not None else []
         return held + [s for w in self._watches for s in w.sweep(now_ns, by_source)]
+
+    def windows(self, device: str) -> dict[str, bytes]:
+        """The device's windows, by detector name (``detectors/windows.py``)."""
+        return {
+            name: state
+            for name, detector in self._windowed.items()
+            if (state := detector.window_state(device)) is not None
+        }
+
+    def restore_windows(self, device: str, windows: dict[str, bytes]) -> list[str]:
+        """Take the device's windows as another worker kept them; return what could not be taken
+        (a detector this build lacks, a window kept under other settings), one line each."""
+        refused = []
+        for name, state in windows.items():
+            detector = self._windowed.get(name)
+            try:
+                if detector is None:
+                    raise WindowError("no such windowed detector here")
+                detector.restore_window(device, state)
+            except WindowError as exc:
+                refused.append(f"{device} {name}: {exc}")
+        return refused
 
     def forget(self, devices: Sequence[str], now_ns: int) -> list[Symptom]:
         """The watches' clears for devices another worker reads now."""

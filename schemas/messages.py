@@ -419,6 +419,18 @@ def _check_matrix(ts_ns: int, ports: list[str], values: list[list], ncols: int, 
             raise ValueError(f"values[{i}] has {len(row)} entries but there are {ncols} {cols}")
 
 
+class WindowState(msgspec.Struct, tag="window_state", tag_field="type", omit_defaults=True):
+    """A device's detector windows as stage 1 kept them at ``ts_ns`` (``fabric.state``, keyed by
+    the device, in the partition of ``fabric.counters`` its snapshots come from): what the worker
+    that reads the device next starts from (``detectors/windows.py``). ``windows``: per detector
+    name, its packed window."""
+
+    device: str
+    ts_ns: int
+    windows: dict[str, bytes]
+    v: int = SCHEMA_VERSION
+
+
 Message = (
     Snapshot
     | Phase
@@ -433,6 +445,7 @@ Message = (
     | Label
     | PortRates
     | RatesBatch
+    | WindowState
 )
 
 _encoder = msgspec.json.Encoder()

@@ -12,5 +12,8 @@ anomalies published before it): the job stage moves with the slowest (``streams/
 DEADLETTER = "fabric.deadletter"
 SWITCHES = "fabric.switches"
 """The switch collectors' assignments: one record per switch, keyed by its name."""
+STATE = "fabric.state"
+"""Stage 1's detector windows per device (``WindowState``), in the partition number of the device's
+``fabric.counters`` partition, so the worker given that partition finds them there."""
 LABELS = "fabric.labels"
 """Ground truth in traces only; never published to a broker."""

@@ -30,8 +30,13 @@ DEFAULT_PARTITIONS = {
     topics.ANOMALIES: 3,
     topics.PROGRESS: 1,
     topics.DEADLETTER: 3,
+    topics.STATE: 12,
 }
 """Counters and rates are keyed by device and carry the volume; stage 2 reads symptoms by pod."""
+
+TOPIC_CONFIGS = {topics.STATE: {"retention.ms": str(6 * 3600 * 1000)}}
+"""Stage 1 reads its saved windows back over minutes (``window_keeper``): six hours keep them for
+any restart worth carrying a window over, and no more."""
 
 _ENV = {
     "bootstrap": "FABRICWATCH_BROKER",
@@ -81,6 +86,8 @@ class BrokerSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         return kw
 
     def partitions_of(self, topic: str) -> int:
+        if topic == topics.STATE:  # one for each counters partition, whatever their number
+            return self.partitions_of(topics.COUNTERS)
         return self.partitions.get(topic, DEFAULT_PARTITIONS.get(topic, 1))
 
 
@@ -107,7 +114,11 @@ def ensure_topics(settings: BrokerSettings, names: list[str] | None = None) -> l
         if not missing:
             return []
         result = admin.create_topics(
-            [NewTopic(t, settings.partitions_of(t), 1) for t in missing], raise_errors=False
+            [
+                NewTopic(t, settings.partitions_of(t), 1, topic_configs=TOPIC_CONFIGS.get(t, {}))
+                for t in missing
+            ],
+            raise_errors=False,
         )
         # Another client may create one in between (a worker's producer, right after a restart).
         failed = [t for t in result["topics"] if t["error_code"] not in (0, exists)]

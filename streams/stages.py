@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fabricwatch.detectors.clock import ClockGuard
@@ -30,6 +30,7 @@ from fabricwatch.schemas.messages import (
     SymptomBatch,
     Topology,
     Watermark,
+    WindowState,
     decode,
     encode,
 )
@@ -127,6 +128,27 @@ class Stage1Worker:
         for device in gone:
             del self._source_of[device]
         self._handed += self.core.forget(gone, self.clock.now_ns)
+
+    def windows(self, sources: set[str]) -> list[tuple[int, Keyed]]:
+        """The detector windows of every device read from ``sources`` (input partitions), each
+        keyed by its device for ``fabric.state`` with the number of its counters partition."""
+        out = []
+        for device, source in self._source_of.items():
+            if source in sources and (windows := self.core.windows(device)):
+                message = WindowState(device, self.clock.now_ns, windows)
+                out.append((int(source.rsplit("/", 1)[1]), Keyed(device.encode(), encode(message))))
+        return out
+
+    def restore_windows(self, states: Iterable[WindowState]) -> tuple[int, list[str]]:
+        """Take the windows another worker kept for devices this one keeps none for yet (one it
+        reads already keeps its own, newer); how many devices it took, and what it refused."""
+        taken, refused = 0, []
+        for state in states:
+            if self.core.windows(state.device):
+                continue
+            refused += self.core.restore_windows(state.device, state.windows)
+            taken += 1
+        return taken, refused
 
     def set_topology(self, topology: Topology) -> None:
         self.core.set_topology(topology)

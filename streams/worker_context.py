@@ -53,6 +53,9 @@ class WorkerOptions:
     stall_source_s: float = 30.0
     """An input partition with lag that stays this long without progress stops holding stage 2
     back (see Stage2Worker); at least twice the session timeout, so a takeover loses nothing."""
+    window_save_s: float = 60.0
+    """How often stage 1 saves its detector windows to ``fabric.state`` (``window_keeper``); also on
+    stop and when partitions are taken from it."""
     phases_lookback: int = 10_000
     """Phases re-read at start per partition: stage 2 only needs the ones still running."""
 

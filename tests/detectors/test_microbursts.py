@@ -13,6 +13,7 @@ from fabricwatch.detectors.incast import IncastConfig
 from fabricwatch.detectors.microbursts import Microbursts
 from fabricwatch.detectors.rates import Layout, RateFrame
 from fabricwatch.detectors.spec import Poll
+from fabricwatch.detectors.windows import WindowError
 from fabricwatch.schemas.bursts import MicroburstConfig
 from fabricwatch.schemas.messages import CounterSpec, Symptom
 from fabricwatch.schemas.topology import Device, Topology
@@ -149,3 +150,20 @@ def test_without_a_depth_gauge_a_queue_that_marks_all_poll_long_stood_and_did_no
         frame = RateFrame("spine00", "switch", T0 + t * NS, 1.0, PORTS[:2], Layout.of(specs), values)
         said += detector.update(Poll(frame, np.full(2, LINE), fab))
     assert {s.port for s in said} == {"Ethernet8"}
+
+
+def test_a_window_moves_to_another_detector_and_one_kept_otherwise_is_refused():
+    """What a worker restart relies on (``streams/window_keeper.py``): a device's window packed by
+    one detector and taken by another judges on as the first would; a window kept under another
+    bucket length is refused, not misread."""
+    first, _ = run(90, bursty)
+    again = Microbursts(MicroburstConfig(), IncastConfig(ecn_kmin_bytes=KMIN))
+    again.restore_window("leaf00", first.window_state("leaf00"))
+    _, carried = run(60, bursty, start_s=90, detector=again)
+    _, stayed = run(60, bursty, start_s=90, detector=first)
+    assert carried == stayed and carried
+    other = Microbursts(MicroburstConfig(bucket_s=5.0), IncastConfig(ecn_kmin_bytes=KMIN))
+    with pytest.raises(WindowError, match="kept under"):
+        other.restore_window("leaf00", first.window_state("leaf00"))
+    with pytest.raises(WindowError, match="not a _Window"):
+        other.restore_window("leaf00", b"not a window")

@@ -1,0 +1,74 @@
+"""A detector's per-device window as bytes and back, so that the worker that reads a device next
+(after a restart, or a rebalance) carries on with the window the last one kept.
+
+The capacity and microburst detectors judge a device over minutes: without its window, a worker
+that takes a device over starts from nothing, cannot judge for half a window, and the findings it
+had open resolve and fire again. Their windows are dataclasses of numpy arrays and scalars; this
+packs one into compressed msgpack (a switch's windows are mostly zeros and NaN) and unpacks it
+into the same dataclass. ``WindowedDetector`` is what stage 1 asks of such a detector.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from typing import Any, Protocol, TypeVar
+
+import msgspec
+import numpy as np
+
+_T = TypeVar("_T")
+_ARRAY = "__ndarray__"
+
+
+class WindowError(ValueError):
+    """A window that does not unpack into this build's window (another build's, or damaged)."""
+
+
+class WindowedDetector(Protocol):
+    def window_state(self, device: str) -> bytes | None:
+        """The device's window, or None if it has none."""
+
+    def restore_window(self, device: str, state: bytes) -> None:
+        """Take the device's window; raise ``WindowError`` if it is not one this detector keeps."""
+
+
+def pack(window: Any, **settings: float) -> bytes:
+    """``window`` (a dataclass instance) and the ``settings`` it was kept under (a bucket's length,
+    the number of buckets: a window kept otherwise is not this detector's)."""
+    fields = {f.name: _plain(getattr(window, f.name)) for f in dataclasses.fields(window)}
+    return zlib.compress(msgspec.msgpack.encode({"settings": settings, "fields": fields}))
+
+
+def unpack(cls: type[_T], state: bytes, **settings: float) -> _T:
+    """The ``cls`` packed in ``state``, if it was kept under the same ``settings``."""
+    try:
+        doc = msgspec.msgpack.decode(zlib.decompress(state))
+        if doc["settings"] != settings:
+            raise WindowError(f"kept under {doc['settings']}, not {settings}")
+        return cls(**{name: _typed(value) for name, value in doc["fields"].items()})
+    except WindowError:
+        raise
+    except (zlib.error, msgspec.DecodeError, KeyError, TypeError, ValueError) as exc:
+        raise WindowError(f"not a {cls.__name__}: {exc}") from None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return {_ARRAY: [value.dtype.str, list(value.shape), value.ravel().tolist()]}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _typed(value: Any) -> Any:
+    if isinstance(value, dict) and _ARRAY in value:
+        dtype, shape, data = value[_ARRAY]
+        return np.array(data, dtype=np.dtype(dtype)).reshape(shape)
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return tuple(value)
+    return value

@@ -1,0 +1,131 @@
+"""Stage 1's detector windows on ``fabric.state``: saved for the devices a worker reads, taken up by
+the worker that reads them next.
+
+The capacity and microburst detectors judge a device over minutes (``detectors/windows.py``). A
+worker that takes a partition over, after a restart or a rebalance, would start their windows from
+nothing: unable to judge for half a window, and the findings open on the partition's devices would
+resolve and fire again. So every ``window_save_s`` and when it stops, a worker sends each of its
+devices' windows to ``fabric.state``, keyed by device, in the partition number of the device's
+``fabric.counters`` partition; and when it is given a counters partition, it reads the same state
+partition back over ``LOOKBACK_SAVES`` save intervals and takes the newest windows of each device
+it keeps none for yet. A window older than that is not taken: its device went unread for longer
+than it is worth. At least once, as the offsets: a worker that dies loses what its windows gained
+since their last save, and the polls after its last commit are counted again by the next.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import DecodeError, WindowState, decode
+from fabricwatch.streams.kafka_io import read_to_end
+
+if TYPE_CHECKING:
+    from fabricwatch.streams.worker_context import Worker
+
+log = logging.getLogger(__name__)
+
+LOOKBACK_SAVES = 3
+"""Save intervals read back: the newest save of every device its last worker read is in them."""
+LOAD_TIMEOUT_S = 10.0
+"""The most a rebalance waits to read the windows back; past it, what was read is taken."""
+
+Send = Callable[[str, bytes, bytes, int], Awaitable[Any]]
+
+
+class WindowKeeper:
+    def __init__(self, w: Worker, client_kwargs: dict[str, Any], send: Send | None = None) -> None:
+        self._w = w
+        self._client_kwargs = client_kwargs
+        self._send = send or self._produce
+        self._last = time.monotonic()
+
+    async def save_due(self, owned: Iterable[TopicPartition]) -> None:
+        if time.monotonic() - self._last >= self._w.opts.window_save_s:
+            await self.save(owned)
+
+    async def save(self, owned: Iterable[TopicPartition]) -> None:
+        """Send the windows of every device read from the ``owned`` counters partitions."""
+        self._last = time.monotonic()
+        sources = {f"{tp.topic}/{tp.partition}" for tp in owned}
+        async with self._w.stage1_lock:
+            states = self._w.stage1.windows(sources)
+        try:
+            for partition, message in states:
+                await self._send(topics.STATE, message.key, message.value, partition)
+        except KafkaError as exc:  # the next save sends them again
+            log.warning("stage 1 could not save the windows of %d devices: %r", len(states), exc)
+            return
+        self._w.progress.sent[topics.STATE] += len(states)
+        if states and self._send == self._produce:
+            await self._w.app.producer.flush()  # read back by the next owner as soon as it is given them
+
+    async def load(self, assigned: Iterable[TopicPartition]) -> None:
+        """Take the windows saved for the devices of newly ``assigned`` counters partitions."""
+        tps = sorted(
+            TopicPartition(topics.STATE, tp.partition) for tp in assigned if tp.topic == topics.COUNTERS
+        )
+        if not tps:
+            return
+        try:
+            newest, bad = await self._read(tps)
+        except KafkaError as exc:
+            log.warning(
+                "stage 1 could not read the windows of partitions %s: %r", [tp.partition for tp in tps], exc
+            )
+            return
+        async with self._w.stage1_lock:
+            taken, refused = self._w.stage1.restore_windows(newest.values())
+        if taken:
+            log.info("stage 1 took the windows of %d devices from %s", taken, topics.STATE)
+        if bad or refused:
+            log.warning(
+                "stage 1 left %d malformed state records and %d windows it cannot keep, e.g. %s",
+                bad,
+                len(refused),
+                refused[:1] or "a record that is not a window state",
+            )
+
+    async def _read(self, tps: list[TopicPartition]) -> tuple[dict[str, WindowState], int]:
+        """The newest window state of each device in ``tps`` over the lookback, and how many records
+        were malformed."""
+        consumer = AIOKafkaConsumer(**self._client_kwargs, enable_auto_commit=False)
+        newest: dict[str, WindowState] = {}
+        bad = 0
+        try:
+            await consumer.start()
+            consumer.assign(tps)
+            since_ms = int((time.time() - LOOKBACK_SAVES * self._w.opts.window_save_s) * 1000)
+            found = await consumer.offsets_for_times(dict.fromkeys(tps, since_ms))
+            for tp in tps:
+                at = found.get(tp)
+                if at is None:
+                    await consumer.seek_to_end(tp)
+                else:
+                    consumer.seek(tp, at.offset)
+            deadline = time.monotonic() + LOAD_TIMEOUT_S
+            while time.monotonic() < deadline:
+                batch = await consumer.getmany(timeout_ms=200)
+                for record in (r for records in batch.values() for r in records):
+                    try:
+                        state = decode(record.value, WindowState)
+                    except DecodeError:
+                        bad += 1
+                        continue
+                    if state.device not in newest or state.ts_ns >= newest[state.device].ts_ns:
+                        newest[state.device] = state
+                if not batch and await read_to_end(consumer, tps):
+                    break
+        finally:
+            await consumer.stop()
+        return newest, bad
+
+    async def _produce(self, topic: str, key: bytes, value: bytes, partition: int) -> None:
+        await self._w.app.producer.send(topic, key, value, partition, None, None)
