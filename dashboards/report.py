@@ -122,8 +122,9 @@ def write_report(
     }
     steps = queries.job_steps(store, jobs, lo, hi)
     headroom = queries.capacity_ranking(store, lo, hi)
+    groups = queries.group_headroom(store, lo, hi)
     bursting = queries.burst_ranking(store, lo, hi)
-    written.append(_index(out_dir, written, incidents, costs, steps, headroom, bursting, lo, hi))
+    written.append(_index(out_dir, written, incidents, costs, steps, headroom, groups, bursting, lo, hi))
     return written
 
 
@@ -363,6 +364,7 @@ def _index(
     costs: dict[tuple[str, int], list[str]],
     steps: list[queries.StepSummary],
     headroom: list[queries.Headroom],
+    groups: list[queries.Headroom],
     bursting: list[queries.Bursting],
     lo: int,
     hi: int,
@@ -404,7 +406,7 @@ pfc_storm red, incast orange, ecmp_collapse purple, outlier grey.</p>
 <th>summary</th><th>what it cost the jobs</th></tr>
 {rows}
 </table>
-{_steps_table(steps)}{_headroom_table(headroom)}{_bursts_table(bursting)}<h2>Charts</h2>
+{_steps_table(steps)}{_headroom_table(headroom, groups)}{_bursts_table(bursting)}<h2>Charts</h2>
 {figures}
 </body></html>
 """
@@ -448,30 +450,38 @@ where the source timed the step's kernels (exposed: not hidden behind compute).<
 """
 
 
-def _headroom_table(ranking: list[queries.Headroom]) -> str:
-    """The switch ports with the least headroom, hottest first."""
-    if not ranking:
+def _headroom_table(ports: list[queries.Headroom], groups: list[queries.Headroom]) -> str:
+    """The switch ports and the uplink groups with the least headroom, hottest first."""
+    if not ports and not groups:
         return ""
-    rows = "\n".join(
-        "<tr>"
-        + "".join(
-            f"<td>{html.escape(v)}</td>"
-            for v in (
-                f"{h.device} {h.port}",
-                f"{h.mean:.0%}",
-                f"{h.p99:.0%}",
-                f"{h.peak:.0%}",
-                f"{h.hot_minutes} min" + (f" from {when(h.first_hot)}" if h.first_hot is not None else ""),
+
+    def rows(ranking: list[queries.Headroom], what: str) -> str:
+        return "\n".join(
+            "<tr>"
+            + "".join(
+                f"<td>{html.escape(v)}</td>"
+                for v in (
+                    what,
+                    f"{h.device} {h.port}",
+                    f"{h.mean:.0%}",
+                    f"{h.p99:.0%}",
+                    f"{h.peak:.0%}",
+                    f"{h.hot_minutes} min"
+                    + (f" from {when(h.first_hot)}" if h.first_hot is not None else ""),
+                )
             )
+            + "</tr>"
+            for h in ranking
         )
-        + "</tr>"
-        for h in ranking
-    )
+
     return f"""<h2>Capacity</h2>
-<p>The switch ports with the least headroom (the busier direction of each; a link should average
-60-80 % of line rate with peaks below 95 %), from the minute rollup: the p99 is of minute means.</p>
-<table><tr><th>port</th><th>mean</th><th>p99 (minutes)</th><th>peak poll</th><th>at 80 % or more</th></tr>
-{rows}
+<p>The switch ports (the busier direction of each) and the uplink groups (what their members send)
+with the least headroom: a link should average 60-80 % of line rate with peaks below 95 %. From the
+minute rollup: the p99 is of minute means.</p>
+<table><tr><th></th><th>port or group</th><th>mean</th><th>p99 (minutes)</th><th>peak poll</th>
+<th>at 80 % or more</th></tr>
+{rows(ports, "port")}
+{rows(groups, "uplink group")}
 </table>
 """
 

@@ -516,6 +516,32 @@ def burst_ranking(store: Store, lo: int, hi: int, limit: int = 20) -> list[Burst
     ]
 
 
+def group_headroom(store: Store, lo: int, hi: int, band_top: float = 0.8, limit: int = 10) -> list[Headroom]:
+    """The uplink (ECMP) groups of the latest topology with the least headroom in ``[lo, hi]``: per
+    minute, the mean of what their members send over line rate (members of one group share a
+    speed), then as ``capacity_ranking``. ``port`` is the group's id."""
+    members = (
+        "SELECT device, member AS port, group_id FROM topology_ecmp "
+        "WHERE topo_ns = (SELECT max(topo_ns) FROM topology_ecmp)"
+    )
+    minutes = (
+        "SELECT r.device AS device, m.group_id AS g, r.ts AS ts, "
+        "avg(r.tx_util_sum / r.tx_util_n) AS u, max(r.tx_util_max) AS pk "
+        f"FROM rates_1m AS r INNER JOIN ({members}) AS m ON r.device = m.device AND r.port = m.port "
+        f"WHERE r.ts BETWEEN toDateTime({lo // 10**9}, 'UTC') AND toDateTime({hi // 10**9}, 'UTC') "
+        "GROUP BY device, g, ts"
+    )
+    rows = store.query(
+        f"SELECT device, g, avg(u), quantile(0.99)(u), max(pk), countIf(u >= {band_top}), "
+        f"minIf(toUnixTimestamp(ts), u >= {band_top}) FROM ({minutes}) WHERE isFinite(u) "
+        f"GROUP BY device, g ORDER BY quantile(0.99)(u) DESC, avg(u) DESC, device, g LIMIT {int(limit)}"
+    )
+    return [
+        Headroom(d, g, float(m), float(q), float(k), int(n), int(first) * 10**9 if n else None)
+        for d, g, m, q, k, n, first in rows
+    ]
+
+
 COST_MIN_CALLS = 5
 """Calls of a (collective, size) needed before and during an incident to say what it cost."""
 

@@ -39,6 +39,7 @@ def test_the_ports_a_heavy_job_runs_hot_top_the_headroom_ranking_with_their_find
     try:
         lo, hi = queries.time_range(store, "rates_raw", None, None)
         ranking = queries.capacity_ranking(store, lo, hi, limit=6)
+        groups = queries.group_headroom(store, lo, hi)
         write_report(store, tmp_path / "report", max_ports=1, size_px=(800, 900), on_chart=lambda _: None)
     finally:
         store.close()
@@ -48,7 +49,14 @@ def test_the_ports_a_heavy_job_runs_hot_top_the_headroom_ranking_with_their_find
         assert h.p99 == pytest.approx(0.9, abs=0.05) and 6 <= h.hot_minutes <= 9
         assert h.mean < h.p99, "idle before and after the job: the mean over the range is lower"
     assert all(h.p99 < 0.8 for h in ranking[4:])
+    # The heavy job stays on its leaf: the uplinks carry the light one's share, far from hot.
+    assert {(g.device, g.port) for g in groups} == {
+        ("leaf00", "leaf00/uplinks"),
+        ("leaf01", "leaf01/uplinks"),
+    }
+    assert all(g.p99 < 0.6 and g.hot_minutes == 0 for g in groups)
     found = {(a.root.device, a.root.port) for a in result.anomalies if a.kind == "capacity"}
     assert found == hot
     index = (tmp_path / "report" / "index.html").read_text()
     assert "<h2>Capacity</h2>" in index and "leaf00 Ethernet0" in index
+    assert "<td>uplink group</td><td>leaf00 leaf00/uplinks</td>" in index
