@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fabricwatch.cli import collect_gnmi, collect_sonic, options
+from fabricwatch.cli import collect_burst, collect_gnmi, collect_sonic, options
 from fabricwatch.ingest.nic.vendors import vendor_help
 
 if TYPE_CHECKING:
@@ -28,6 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     collect_sonic.add_parser(sources)
     collect_gnmi.add_parser(sources)
+    collect_burst.add_parser(sources)
     options.add_out(p)
     options.add_broker(p, "Kafka bootstrap HOST:PORT to publish to")
     options.add_config(p, section="collect")
@@ -102,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
         return collect_sonic.run(args)
     if args.source == "gnmi":
         return collect_gnmi.run(args)
+    if args.source == "burst":
+        return collect_burst.run(args)
     return _run_host(args)
 
 

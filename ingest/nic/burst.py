@@ -1,0 +1,182 @@
+"""Burst capture: a network interface's byte and packet counters sampled every 100 µs to a few ms
+for a bounded window, and the profile of that window per millisecond.
+
+A poll every second averages a 2 ms burst at line rate into 0.2 % of it; the queue's watermark
+says a burst happened (``detectors/microbursts.py``), not how it looked. Sampled every millisecond
+for a few seconds, the same counters show each burst: its peak rate, how long the link ran near
+line rate, how many bursts there were. The interface's ``statistics/`` files are opened once and
+read with ``pread`` (one system call per counter and sample, as ``sysfs.py`` reads a port's); the
+loop sleeps to each sample's due time and spins its last ``SPIN_S``, so a sample is late by a few
+microseconds, and its own time, not its due time, is what the profile divides by. A capture is
+bounded by its sample count and its wall time, whichever ends first.
+
+Profile: the cumulative counters are interpolated at every ``bin_s`` boundary (1 ms), so each bin
+holds the bytes of that millisecond whatever the sample period; per direction, the peak and 99th
+percentile rate of a millisecond, the time at 90 % of line rate or more, and the bursts (runs of
+milliseconds at half of line rate or more: count and longest).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+COUNTERS = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets")
+SPIN_S = 200e-6
+"""The last stretch before a sample's due time is spun, not slept: a sleep overshoots by 50-100 µs."""
+MIN_PERIOD_S = 50e-6
+MAX_SECONDS = 60.0
+HOT_SHARE = 0.9
+BURST_SHARE = 0.5
+
+
+class CaptureError(ValueError):
+    """An interface that cannot be captured (no such interface, no statistics); names it."""
+
+
+@dataclass(frozen=True)
+class Capture:
+    """One interface's samples: ``t_ns`` since the first (taken at ``origin_ns`` of the monotonic
+    clock, ``wall_start_ns`` of the wall clock), and per sample the ``COUNTERS``."""
+
+    netdev: str
+    wall_start_ns: int
+    origin_ns: int
+    t_ns: np.ndarray
+    values: np.ndarray
+
+
+class DirectionProfile(msgspec.Struct, frozen=True):
+    peak_Bps: float
+    """The busiest millisecond's rate, bytes a second."""
+    p99_Bps: float
+    mean_Bps: float
+    hot_s: float
+    """Time at ``HOT_SHARE`` of line rate or more."""
+    bursts: int
+    """Runs of bins at ``BURST_SHARE`` of line rate or more."""
+    longest_burst_s: float
+    per_bin_Bps: list[float]
+
+
+class BurstProfile(msgspec.Struct, tag="burst_profile", tag_field="type", frozen=True):
+    """What a burst capture of one interface saw, per ``bin_s``."""
+
+    netdev: str
+    start_ns: int
+    seconds: float
+    period_s: float
+    """The period asked for."""
+    achieved_period_s: float
+    """The median time between samples."""
+    samples: int
+    bin_s: float
+    line_Bps: float
+    rx: DirectionProfile
+    tx: DirectionProfile
+    rx_packets: int
+    tx_packets: int
+
+
+def capture(
+    netdev: str,
+    period_s: float,
+    seconds: float,
+    sys_class_net: Path = Path("/sys/class/net"),
+    clock: Callable[[], int] = time.perf_counter_ns,
+) -> Capture:
+    """Sample ``netdev``'s ``COUNTERS`` every ``period_s`` for ``seconds``."""
+    if not MIN_PERIOD_S <= period_s <= 1.0:
+        raise CaptureError(f"period {period_s:g} s: must be {MIN_PERIOD_S * 1e6:g} µs to 1 s")
+    if not period_s < seconds <= MAX_SECONDS:
+        raise CaptureError(f"seconds {seconds:g}: must be above the period and at most {MAX_SECONDS:g}")
+    fds = _open(sys_class_net / netdev / "statistics", netdev)
+    n = int(seconds / period_s) + 1
+    t_ns = np.zeros(n, dtype=np.int64)
+    values = np.zeros((n, len(COUNTERS)), dtype=np.uint64)
+    period_ns, spin_ns = round(period_s * 1e9), round(SPIN_S * 1e9)
+    wall = time.time_ns()
+    try:
+        start = clock()
+        end = start + round(seconds * 1e9)
+        taken = 0
+        for i in range(n):
+            due = start + i * period_ns
+            now = clock()
+            if due - now > spin_ns:
+                time.sleep((due - now - spin_ns) / 1e9)
+            while clock() < due:
+                pass
+            t_ns[i] = clock()
+            values[i] = [int(os.pread(fd, 32, 0)) for fd in fds]
+            taken = i + 1
+            if t_ns[i] >= end:
+                break
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return Capture(netdev, wall, int(t_ns[0]), t_ns[:taken] - t_ns[0], values[:taken])
+
+
+def profile(cap: Capture, line_Bps: float, period_s: float, bin_s: float = 1e-3) -> BurstProfile:
+    """The capture per ``bin_s``: rates of each bin from the counters interpolated at its edges."""
+    t = cap.t_ns / 1e9
+    if len(t) < 2:
+        raise CaptureError(f"{cap.netdev}: fewer than two samples")
+    edges = np.arange(0.0, t[-1] + bin_s / 2, bin_s)
+    cumulative = cap.values.astype(np.float64) - cap.values[0].astype(np.float64)
+    at = np.column_stack([np.interp(edges, t, cumulative[:, k]) for k in range(len(COUNTERS))])
+    per_bin = np.diff(at, axis=0) / bin_s
+    col = {name: k for k, name in enumerate(COUNTERS)}
+    return BurstProfile(
+        netdev=cap.netdev,
+        start_ns=cap.wall_start_ns,
+        seconds=float(t[-1]),
+        period_s=period_s,
+        achieved_period_s=float(np.median(np.diff(t))),
+        samples=len(t),
+        bin_s=bin_s,
+        line_Bps=line_Bps,
+        rx=_direction(per_bin[:, col["rx_bytes"]], line_Bps, bin_s),
+        tx=_direction(per_bin[:, col["tx_bytes"]], line_Bps, bin_s),
+        rx_packets=int(cumulative[-1, col["rx_packets"]]),
+        tx_packets=int(cumulative[-1, col["tx_packets"]]),
+    )
+
+
+def _direction(rate: np.ndarray, line_Bps: float, bin_s: float) -> DirectionProfile:
+    hot = rate >= HOT_SHARE * line_Bps
+    runs = _runs(rate >= BURST_SHARE * line_Bps)
+    return DirectionProfile(
+        peak_Bps=float(rate.max(initial=0.0)),
+        p99_Bps=float(np.quantile(rate, 0.99)) if rate.size else 0.0,
+        mean_Bps=float(rate.mean()) if rate.size else 0.0,
+        hot_s=float(hot.sum() * bin_s),
+        bursts=len(runs),
+        longest_burst_s=max((b - a for a, b in runs), default=0) * bin_s,
+        per_bin_Bps=[round(float(r), 1) for r in rate],
+    )
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """(start, end) bin indexes, end exclusive, of each run where ``mask`` holds."""
+    padded = np.concatenate([[False], mask, [False]]).astype(np.int8)
+    change = np.flatnonzero(np.diff(padded))
+    return list(zip(change[0::2].tolist(), change[1::2].tolist(), strict=True))
+
+
+def _open(statistics: Path, netdev: str) -> list[int]:
+    fds: list[int] = []
+    try:
+        fds.extend(os.open(statistics / name, os.O_RDONLY | os.O_CLOEXEC) for name in COUNTERS)
+    except OSError as exc:
+        for fd in fds:
+            os.close(fd)
+        raise CaptureError(f"{netdev}: cannot read {statistics}: {exc.strerror}") from None
+    return fds
