@@ -27,7 +27,7 @@ import numpy as np
 from fabricwatch.detectors.evidence import evidence, seen_now
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
-from fabricwatch.detectors.windows import pack, unpack
+from fabricwatch.detectors.windows import DeviceWindows
 from fabricwatch.schemas.capacity import CapacityConfig
 from fabricwatch.schemas.messages import RootCause, Symptom
 
@@ -54,23 +54,10 @@ class _Window:
     at_peak: np.ndarray
 
 
-class Capacity:
+class Capacity(DeviceWindows[_Window]):
     def __init__(self, config: CapacityConfig) -> None:
+        super().__init__(_Window, config.window_s, config.bucket_s)
         self.config = config
-        self._buckets = max(1, round(config.window_s / config.bucket_s))
-        self._bucket_ns = int(config.bucket_s * _NS)
-        self._devices: dict[str, _Window] = {}
-
-    def open(self, device: str) -> bool:
-        w = self._devices.get(device)
-        return bool(w is not None and w.active.any())
-
-    def window_state(self, device: str) -> bytes | None:
-        w = self._devices.get(device)
-        return None if w is None else pack(w, bucket_s=self.config.bucket_s, buckets=self._buckets)
-
-    def restore_window(self, device: str, state: bytes) -> None:
-        self._devices[device] = unpack(_Window, state, bucket_s=self.config.bucket_s, buckets=self._buckets)
 
     def update(self, poll: Poll) -> list[Symptom]:
         frame = poll.frame

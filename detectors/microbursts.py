@@ -36,7 +36,7 @@ from fabricwatch.detectors.incast import EcnBand, IncastConfig
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
-from fabricwatch.detectors.windows import pack, unpack
+from fabricwatch.detectors.windows import DeviceWindows
 from fabricwatch.schemas.bursts import MicroburstConfig
 from fabricwatch.schemas.messages import RootCause, Symptom
 
@@ -65,24 +65,11 @@ class _Window:
     """As of the latest bucket judged: each cell's bursts, polls, peak and marks over the window."""
 
 
-class Microbursts:
+class Microbursts(DeviceWindows[_Window]):
     def __init__(self, config: MicroburstConfig, incast: IncastConfig) -> None:
+        super().__init__(_Window, config.window_s, config.bucket_s)
         self.config = config
         self.incast = incast
-        self._buckets = max(1, round(config.window_s / config.bucket_s))
-        self._bucket_ns = int(config.bucket_s * _NS)
-        self._devices: dict[str, _Window] = {}
-
-    def open(self, device: str) -> bool:
-        w = self._devices.get(device)
-        return bool(w is not None and w.active.any())
-
-    def window_state(self, device: str) -> bytes | None:
-        w = self._devices.get(device)
-        return None if w is None else pack(w, bucket_s=self.config.bucket_s, buckets=self._buckets)
-
-    def restore_window(self, device: str, state: bytes) -> None:
-        self._devices[device] = unpack(_Window, state, bucket_s=self.config.bucket_s, buckets=self._buckets)
 
     def update(self, poll: Poll) -> list[Symptom]:
         frame = poll.frame

@@ -12,17 +12,44 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 import numpy as np
 
 _T = TypeVar("_T")
+_W = TypeVar("_W")
 _ARRAY = "__ndarray__"
 
 
 class WindowError(ValueError):
     """A window that does not unpack into this build's window (another build's, or damaged)."""
+
+
+class DeviceWindows(Generic[_W]):
+    """What the capacity and microburst detectors share: per device a window of ``window_s`` kept
+    as ``bucket_s`` sums (a dataclass of ``window_cls`` with an ``active`` array: the rows whose
+    finding is open), and the window's move to another worker (``WindowedDetector``)."""
+
+    def __init__(self, window_cls: type[_W], window_s: float, bucket_s: float) -> None:
+        self._window_cls = window_cls
+        self._bucket_s = bucket_s
+        self._buckets = max(1, round(window_s / bucket_s))
+        self._bucket_ns = int(bucket_s * 1_000_000_000)
+        self._devices: dict[str, _W] = {}
+
+    def open(self, device: str) -> bool:
+        w = self._devices.get(device)
+        return bool(w is not None and w.active.any())  # type: ignore[attr-defined]
+
+    def window_state(self, device: str) -> bytes | None:
+        w = self._devices.get(device)
+        return None if w is None else pack(w, bucket_s=self._bucket_s, buckets=self._buckets)
+
+    def restore_window(self, device: str, state: bytes) -> None:
+        self._devices[device] = unpack(
+            self._window_cls, state, bucket_s=self._bucket_s, buckets=self._buckets
+        )
 
 
 class WindowedDetector(Protocol):

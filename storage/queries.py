@@ -466,6 +466,12 @@ def capacity_ranking(
         f"WHERE device_kind = 'switch' AND ts BETWEEN toDateTime({lo // 10**9}, 'UTC') "
         f"AND toDateTime({hi // 10**9}, 'UTC') GROUP BY device, port, ts"
     )
+    return _ranked(store, minutes, band_top, limit)
+
+
+def _ranked(store: Store, minutes: str, band_top: float, limit: int) -> list[Headroom]:
+    """Headroom from ``minutes`` (``device``, ``port``, ``ts``, utilisation ``u`` and peak ``pk``
+    of each minute), least first."""
     rows = store.query(
         f"SELECT device, port, avg(u), quantile(0.99)(u), max(pk), countIf(u >= {band_top}), "
         f"minIf(toUnixTimestamp(ts), u >= {band_top}) FROM ({minutes}) WHERE isFinite(u) "
@@ -525,21 +531,13 @@ def group_headroom(store: Store, lo: int, hi: int, band_top: float = 0.8, limit:
         "WHERE topo_ns = (SELECT max(topo_ns) FROM topology_ecmp)"
     )
     minutes = (
-        "SELECT r.device AS device, m.group_id AS g, r.ts AS ts, "
+        "SELECT r.device AS device, m.group_id AS port, r.ts AS ts, "
         "avg(r.tx_util_sum / r.tx_util_n) AS u, max(r.tx_util_max) AS pk "
         f"FROM rates_1m AS r INNER JOIN ({members}) AS m ON r.device = m.device AND r.port = m.port "
         f"WHERE r.ts BETWEEN toDateTime({lo // 10**9}, 'UTC') AND toDateTime({hi // 10**9}, 'UTC') "
-        "GROUP BY device, g, ts"
+        "GROUP BY device, port, ts"
     )
-    rows = store.query(
-        f"SELECT device, g, avg(u), quantile(0.99)(u), max(pk), countIf(u >= {band_top}), "
-        f"minIf(toUnixTimestamp(ts), u >= {band_top}) FROM ({minutes}) WHERE isFinite(u) "
-        f"GROUP BY device, g ORDER BY quantile(0.99)(u) DESC, avg(u) DESC, device, g LIMIT {int(limit)}"
-    )
-    return [
-        Headroom(d, g, float(m), float(q), float(k), int(n), int(first) * 10**9 if n else None)
-        for d, g, m, q, k, n, first in rows
-    ]
+    return _ranked(store, minutes, band_top, limit)
 
 
 COST_MIN_CALLS = 5
