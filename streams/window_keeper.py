@@ -15,6 +15,7 @@ since their last save, and the polls after its last commit are counted again by 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -22,10 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
+from faust.exceptions import ProducerSendError
 
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import DecodeError, WindowState, decode
 from fabricwatch.streams.kafka_io import read_to_end
+from fabricwatch.streams.stages import Keyed
 
 if TYPE_CHECKING:
     from fabricwatch.streams.worker_context import Worker
@@ -35,7 +38,8 @@ log = logging.getLogger(__name__)
 LOOKBACK_SAVES = 3
 """Save intervals read back: the newest save of every device its last worker read is in them."""
 LOAD_TIMEOUT_S = 10.0
-"""The most a rebalance waits to read the windows back; past it, what was read is taken."""
+"""The most a rebalance waits to read the windows back; past it, it goes on without them."""
+SAVE_TIMEOUT_S = 5.0
 
 Send = Callable[[str, bytes, bytes, int], Awaitable[Any]]
 
@@ -52,19 +56,27 @@ class WindowKeeper:
             await self.save(owned)
 
     async def save(self, owned: Iterable[TopicPartition]) -> None:
-        """Send the windows of every device read from the ``owned`` counters partitions."""
+        """Send the windows of every device read from the ``owned`` counters partitions, within
+        ``SAVE_TIMEOUT_S``: a broker away must not hold a rebalance or a stop."""
         self._last = time.monotonic()
         sources = {f"{tp.topic}/{tp.partition}" for tp in owned}
         async with self._w.stage1_lock:
             states = self._w.stage1.windows(sources)
+        if not states:
+            return
         try:
-            for partition, message in states:
-                await self._send(topics.STATE, message.key, message.value, partition)
-        except KafkaError as exc:  # the next save sends them again
+            await asyncio.wait_for(self._send_all(states), SAVE_TIMEOUT_S)
+        except (KafkaError, ProducerSendError, TimeoutError, AssertionError) as exc:
+            # The next save sends them again. (aiokafka asserts on a partition the topic lacks:
+            # fabric.state made with fewer partitions than fabric.counters.)
             log.warning("stage 1 could not save the windows of %d devices: %r", len(states), exc)
             return
         self._w.progress.sent[topics.STATE] += len(states)
-        if states and self._send == self._produce:
+
+    async def _send_all(self, states: list[tuple[int, Keyed]]) -> None:
+        for partition, message in states:
+            await self._send(topics.STATE, message.key, message.value, partition)
+        if self._send == self._produce:
             await self._w.app.producer.flush()  # read back by the next owner as soon as it is given them
 
     async def load(self, assigned: Iterable[TopicPartition]) -> None:
@@ -75,8 +87,8 @@ class WindowKeeper:
         if not tps:
             return
         try:
-            newest, bad = await self._read(tps)
-        except KafkaError as exc:
+            newest, bad = await asyncio.wait_for(self._read(tps), LOAD_TIMEOUT_S)
+        except (KafkaError, TimeoutError) as exc:
             log.warning(
                 "stage 1 could not read the windows of partitions %s: %r", [tp.partition for tp in tps], exc
             )
@@ -110,8 +122,7 @@ class WindowKeeper:
                     await consumer.seek_to_end(tp)
                 else:
                     consumer.seek(tp, at.offset)
-            deadline = time.monotonic() + LOAD_TIMEOUT_S
-            while time.monotonic() < deadline:
+            while True:  # bounded by LOAD_TIMEOUT_S
                 batch = await consumer.getmany(timeout_ms=200)
                 for record in (r for records in batch.values() for r in records):
                     try:
