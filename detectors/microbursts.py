@@ -16,11 +16,13 @@ by DCQCN) and, deeper, pauses. Per (port, queue) and poll, a burst is
   line rate: the queue filled faster than the poll can show);
 * with the port not paused by its peer for ``min_pause_fraction`` of the poll (a queue held by
   pauses stands deep at a low rate: a PFC storm's, not a burst);
-* and a queue that drained: below Kmin when read where the switch reads its depth; elsewhere,
-  fewer of its packets ECN-marked than WRED marks all poll long at the watermark's depth.
+* and a queue that drained: below Kmin and half its watermark when read where the switch reads
+  its depth; elsewhere, fewer of its packets ECN-marked than WRED marks all poll long at the
+  watermark's depth.
 
 One burst is nothing: the finding is a queue that bursts in ``min_share`` of the polls of a
-sliding ``window_s`` (at least ``min_bursts`` of them). It clears when that share halves. A window
+sliding ``window_s`` (at least ``min_bursts`` of them). It clears when that share or that count
+halves. A window
 read for less than ``min_coverage`` of its time is not judged: missing data is unknown. The window
 is kept as per-``bucket_s`` sums, as the capacity detector keeps its own.
 """
@@ -90,7 +92,7 @@ class Microbursts(DeviceWindows[_Window]):
         low = (tx < self.config.max_mean_utilisation * poll.line_Bps)[:, None]
         burst = reached & low & ~self._held(frame, queues)
         if occupancy is not None:
-            burst &= ~(occupancy >= kmin)  # still deep when read: it stands, it did not burst
+            burst &= self.config.drained(occupancy, watermark, kmin)
         else:
             burst &= ~self._stood(frame, marks, queues, watermark, band)
         known = read & ~np.isnan(tx)[:, None]
@@ -176,9 +178,8 @@ class Microbursts(DeviceWindows[_Window]):
             share = bursts / polls
             peak = np.fmax.reduce(w.peak, axis=-1)
             first = np.fmin.reduce(w.first_ns, axis=-1)
-        judged = polls * dt_s >= c.min_coverage * c.window_s
-        often = judged & (bursts >= c.min_bursts) & (share >= c.min_share)
-        rare = judged & ((bursts < c.min_bursts) | (share < c.min_share / 2))
+        judged = c.judged(polls, dt_s)
+        often, rare = judged & c.often(bursts, share), judged & c.rare(bursts, share)
         starts = often & ~w.active
         w.since_ns[starts] = first[starts]  # the window's first burst: often implies one
         cleared = w.active & rare

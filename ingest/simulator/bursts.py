@@ -6,12 +6,12 @@ bursty All-to-All makes one as much as an ``absorbed_burst`` look-alike does. So
 from the simulation's own state, segment by segment, before any noise: per poll interval and
 switch egress queue, the deepest the queue stood (the watermark the next read shows) and the mean
 rate of its link. A poll bursts when the queue went past the fabric's Kmin (where WRED starts
-marking: the detector sees the marks) and was back below it when read, at a mean
+marking: the detector sees the marks) and was back below it, and below half its peak, when read, at a mean
 below ``max_mean_utilisation``, with the port not held by its peer's pauses (a storm's queue stands
 still; it does not burst).
 The labels follow the detector's rule (``schemas/bursts.py``) over a sliding window of what has
 been read so far: a queue bursting in ``min_share`` of the window's polls (at least
-``min_bursts``), until that share halves, labelled from the window's first burst when it first
+``min_bursts``), until that share or count halves, labelled from the window's first burst when it first
 holds.
 """
 
@@ -64,7 +64,7 @@ class BurstTruth:
         c, poll_s = self.config, self.poll_s
         burst = (
             (self.peak > self.kmin)
-            & (self.last <= self.kmin)
+            & c.drained(self.last, self.peak, self.kmin)
             & (self.sent / poll_s < c.max_mean_utilisation)
             & (self.paused / poll_s < c.min_pause_fraction)
         )
@@ -74,9 +74,8 @@ class BurstTruth:
         n = np.minimum(i, window)
         bursts = total[i] - total[i - n]
         share = bursts / n[:, None]
-        judged = (n * poll_s >= c.min_coverage * c.window_s)[:, None]
-        often = judged & (bursts >= c.min_bursts) & (share >= c.min_share)
-        rare = judged & ((bursts < c.min_bursts) | (share < c.min_share / 2))
+        judged = c.judged(n, poll_s)[:, None]
+        often, rare = judged & c.often(bursts, share), judged & c.rare(bursts, share)
         out = []
         for row in np.flatnonzero(often.any(axis=0)):
             for first, last in _spells(often[:, row], rare[:, row]):
