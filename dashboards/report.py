@@ -39,7 +39,7 @@ import numpy as np
 from fabricwatch.detectors.job_stage import JOB_KINDS
 from fabricwatch.detectors.registry import REGISTRY
 from fabricwatch.schemas.bandwidth import bucket_name
-from fabricwatch.storage import queries
+from fabricwatch.storage import headroom, queries
 from fabricwatch.storage.queries import Grid, Incident, Series, Store, when
 
 DPI = 100
@@ -121,10 +121,10 @@ def write_report(
         if i.jobs and i.kind not in JOB_KINDS
     }
     steps = queries.job_steps(store, jobs, lo, hi)
-    headroom = queries.capacity_ranking(store, lo, hi)
-    groups = queries.group_headroom(store, lo, hi)
-    bursting = queries.burst_ranking(store, lo, hi)
-    written.append(_index(out_dir, written, incidents, costs, steps, headroom, groups, bursting, lo, hi))
+    ranked = headroom.capacity_ranking(store, lo, hi)
+    groups = headroom.group_headroom(store, lo, hi)
+    bursting = headroom.burst_ranking(store, lo, hi)
+    written.append(_index(out_dir, written, incidents, costs, steps, ranked, groups, bursting, lo, hi))
     return written
 
 
@@ -363,9 +363,9 @@ def _index(
     incidents: list[Incident],
     costs: dict[tuple[str, int], list[str]],
     steps: list[queries.StepSummary],
-    headroom: list[queries.Headroom],
-    groups: list[queries.Headroom],
-    bursting: list[queries.Bursting],
+    ranked: list[headroom.Headroom],
+    groups: list[headroom.Headroom],
+    bursting: list[headroom.Bursting],
     lo: int,
     hi: int,
 ) -> Path:
@@ -406,7 +406,7 @@ pfc_storm red, incast orange, ecmp_collapse purple, outlier grey.</p>
 <th>summary</th><th>what it cost the jobs</th></tr>
 {rows}
 </table>
-{_steps_table(steps)}{_headroom_table(headroom, groups)}{_bursts_table(bursting)}<h2>Charts</h2>
+{_steps_table(steps)}{_headroom_table(ranked, groups)}{_bursts_table(bursting)}<h2>Charts</h2>
 {figures}
 </body></html>
 """
@@ -450,12 +450,12 @@ where the source timed the step's kernels (exposed: not hidden behind compute).<
 """
 
 
-def _headroom_table(ports: list[queries.Headroom], groups: list[queries.Headroom]) -> str:
+def _headroom_table(ports: list[headroom.Headroom], groups: list[headroom.Headroom]) -> str:
     """The switch ports and the uplink groups with the least headroom, hottest first."""
     if not ports and not groups:
         return ""
 
-    def rows(ranking: list[queries.Headroom], what: str) -> str:
+    def rows(ranking: list[headroom.Headroom], what: str) -> str:
         return "\n".join(
             "<tr>"
             + "".join(
@@ -486,7 +486,7 @@ minute rollup: the p99 is of minute means.</p>
 """
 
 
-def _bursts_table(ranking: list[queries.Bursting]) -> str:
+def _bursts_table(ranking: list[headroom.Bursting]) -> str:
     """The switch ports whose queues burst longest, from their microburst findings."""
     if not ranking:
         return ""

@@ -9,7 +9,7 @@ from helpers.replayed_store import an_hour_ago, trace_into_store
 from fabricwatch.dashboards.report import write_report
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.ingest.simulator import load_scenario, simulate
-from fabricwatch.storage import queries
+from fabricwatch.storage import headroom, queries
 
 pytestmark = pytest.mark.slow  # a simulated scenario replayed into chdb
 
@@ -44,7 +44,7 @@ def test_a_queue_that_bursts_for_minutes_tops_the_burst_ranking_with_its_job(tmp
     store, result = trace_into_store(trace, tmp_path)
     try:
         lo, hi = queries.time_range(store, "rates_raw", None, None)
-        ranking = queries.burst_ranking(store, lo, hi)
+        ranking = headroom.burst_ranking(store, lo, hi)
         write_report(store, tmp_path / "report", max_ports=1, size_px=(800, 900), on_chart=lambda _: None)
     finally:
         store.close()

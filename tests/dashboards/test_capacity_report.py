@@ -8,7 +8,7 @@ from helpers.replayed_store import an_hour_ago, trace_into_store
 
 from fabricwatch.dashboards.report import write_report
 from fabricwatch.ingest.simulator import load_scenario, simulate
-from fabricwatch.storage import queries
+from fabricwatch.storage import headroom, queries
 
 pytestmark = pytest.mark.slow  # a simulated scenario replayed into chdb
 
@@ -38,8 +38,8 @@ def test_the_ports_a_heavy_job_runs_hot_top_the_headroom_ranking_with_their_find
     store, result = trace_into_store(trace, tmp_path)
     try:
         lo, hi = queries.time_range(store, "rates_raw", None, None)
-        ranking = queries.capacity_ranking(store, lo, hi, limit=6)
-        groups = queries.group_headroom(store, lo, hi)
+        ranking = headroom.capacity_ranking(store, lo, hi, limit=6)
+        groups = headroom.group_headroom(store, lo, hi)
         write_report(store, tmp_path / "report", max_ports=1, size_px=(800, 900), on_chart=lambda _: None)
     finally:
         store.close()
