@@ -81,6 +81,7 @@ def wire(w: Worker, client_kwargs: dict[str, Any]) -> None:
                 await windows.save_due(consumer.assignment())
         finally:
             await windows.save(consumer.assignment())
+            await windows.close()
             await offsets.commit()
             await consumer.stop()
 

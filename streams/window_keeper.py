@@ -21,9 +21,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
-from faust.exceptions import ProducerSendError
 
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import DecodeError, WindowState, decode
@@ -45,11 +44,20 @@ Send = Callable[[str, bytes, bytes, int], Awaitable[Any]]
 
 
 class WindowKeeper:
+    """Saves through a producer of its own (``send`` replaces it in tests): the worker's, Faust's,
+    is already stopped when stage 1's task saves on its way out."""
+
     def __init__(self, w: Worker, client_kwargs: dict[str, Any], send: Send | None = None) -> None:
         self._w = w
         self._client_kwargs = client_kwargs
         self._send = send or self._produce
+        self._producer: AIOKafkaProducer | None = None
         self._last = time.monotonic()
+
+    async def close(self) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
 
     async def save_due(self, owned: Iterable[TopicPartition]) -> None:
         if time.monotonic() - self._last >= self._w.opts.window_save_s:
@@ -66,7 +74,7 @@ class WindowKeeper:
             return
         try:
             await asyncio.wait_for(self._send_all(states), SAVE_TIMEOUT_S)
-        except (KafkaError, ProducerSendError, TimeoutError, AssertionError) as exc:
+        except (KafkaError, TimeoutError, AssertionError) as exc:
             # The next save sends them again. (aiokafka asserts on a partition the topic lacks:
             # fabric.state made with fewer partitions than fabric.counters.)
             log.warning("stage 1 could not save the windows of %d devices: %r", len(states), exc)
@@ -76,8 +84,8 @@ class WindowKeeper:
     async def _send_all(self, states: list[tuple[int, Keyed]]) -> None:
         for partition, message in states:
             await self._send(topics.STATE, message.key, message.value, partition)
-        if self._send == self._produce:
-            await self._w.app.producer.flush()  # read back by the next owner as soon as it is given them
+        if self._producer is not None:
+            await self._producer.flush()  # read back by the next owner as soon as it is given them
 
     async def load(self, assigned: Iterable[TopicPartition]) -> None:
         """Take the windows saved for the devices of newly ``assigned`` counters partitions."""
@@ -139,4 +147,8 @@ class WindowKeeper:
         return newest, bad
 
     async def _produce(self, topic: str, key: bytes, value: bytes, partition: int) -> None:
-        await self._w.app.producer.send(topic, key, value, partition, None, None)
+        if self._producer is None:
+            producer = AIOKafkaProducer(**self._client_kwargs, linger_ms=5)
+            await producer.start()
+            self._producer = producer
+        await self._producer.send(topic, value, key=key, partition=partition)
