@@ -21,10 +21,12 @@ by DCQCN) and, deeper, pauses. Per (port, queue) and poll, a burst is
   watermark's depth.
 
 One burst is nothing: the finding is a queue that bursts in ``min_share`` of the polls of a
-sliding ``window_s`` (at least ``min_bursts`` of them). It clears when that share or that count
-halves. A window
-read for less than ``min_coverage`` of its time is not judged: missing data is unknown. The window
-is kept as per-``bucket_s`` sums, as the capacity detector keeps its own.
+sliding ``window_s`` (at least ``min_bursts`` of them), from the window's first burst. It clears
+when that share or that count halves. A window read for less than ``min_coverage`` of its time,
+or holding fewer than ``min_polls`` polls, is not judged: missing data is unknown, and a few polls
+cannot tell often from once. The window is kept as per-``bucket_s`` sums, as the capacity
+detector keeps its own; the rules live in ``schemas/bursts.py``, shared with the simulator's
+labels.
 """
 
 from __future__ import annotations
