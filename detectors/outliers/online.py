@@ -23,9 +23,10 @@ from fabricwatch.detectors.persistence import WindowPersistence
 from fabricwatch.detectors.rates import Layout, RateFrame
 from fabricwatch.schemas.messages import Label, Symptom
 
-NORMAL = frozenset({"benign", "capacity"})
-"""Labels of healthy traffic, which training keeps: a look-alike, and a link running hot (a
-statistic of the traffic, not a fault: leaving its hours out left no busy host port to learn)."""
+NORMAL = frozenset({"benign", "capacity", "microbursts"})
+"""Labels of healthy traffic, which training keeps: a look-alike, and the findings (a link running
+hot, a queue that bursts: statistics of the traffic, not faults). Leaving their hours out left no
+busy host port to learn, and then no bursty one: ECN marks at a low rate scored as outliers."""
 
 
 def load_detector(path: str | Path, config: OutlierConfig | None = None) -> OutlierDetector:
