@@ -30,7 +30,6 @@ from aiokafka.structs import OffsetAndMetadata
 
 from fabricwatch.schemas import topics
 from fabricwatch.streams.kafka_io import log_ends_aio, placed
-from fabricwatch.streams.window_keeper import WindowKeeper
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -65,8 +64,7 @@ def wire(w: Worker, client_kwargs: dict[str, Any]) -> None:
             max_partition_fetch_bytes=opts.max_message_bytes + 1024 * 1024,
             **opts.group_timeouts(),
         )
-        windows = WindowKeeper(w, client_kwargs)
-        offsets = _Offsets(w, consumer, client_kwargs, windows)
+        offsets = _Offsets(w, consumer, client_kwargs)
         await consumer.start()
         w.stage1_consumer = consumer
         started.set()
@@ -78,10 +76,7 @@ def wire(w: Worker, client_kwargs: dict[str, Any]) -> None:
                 if batch:
                     await _process(w, batch, offsets, assignment)
                 await offsets.commit_due()
-                await windows.save_due(consumer.assignment())
         finally:
-            await windows.save(consumer.assignment())
-            await windows.close()
             await offsets.commit()
             await consumer.stop()
 
@@ -151,13 +146,10 @@ class _Offsets(ConsumerRebalanceListener):
     skipped (seen: the first polls of a PFC storm lost, the storm rooted at the leaves). The next
     owner reads again what came after the last periodic commit, at most ``COMMIT_INTERVAL_S``."""
 
-    def __init__(
-        self, w: Worker, consumer: AIOKafkaConsumer, client_kwargs: dict[str, Any], windows: WindowKeeper
-    ) -> None:
+    def __init__(self, w: Worker, consumer: AIOKafkaConsumer, client_kwargs: dict[str, Any]) -> None:
         self._w = w
         self._consumer = consumer
         self._client_kwargs = client_kwargs
-        self._windows = windows
         self._committed: dict[TopicPartition, int] = {}
         self._last = time.monotonic()
         self.assignment = 0
@@ -195,7 +187,6 @@ class _Offsets(ConsumerRebalanceListener):
         return self._consumer._coordinator.generation >= 0
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
-        await self._windows.save(revoked)  # the next owner's windows as this one leaves them
         async with self._w.stage1_lock:  # the batch in hand is finished first
             self.assignment += 1
             for tp in revoked:
@@ -212,7 +203,6 @@ class _Offsets(ConsumerRebalanceListener):
             for tp, offset in (await self._earlier_build(fresh)).items():
                 log.info("stage 1 starts %s/%d at offset %d, committed by an earlier build", *tp, offset)
                 self._consumer.seek(tp, offset)
-            await self._windows.load(assigned)
 
     async def _earlier_build(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         """Offsets the Faust group committed for ``tps``, where earlier builds read counters."""

@@ -17,7 +17,6 @@ from fabricwatch.streams.faust_app import _aiokafka_kwargs
 from fabricwatch.streams.health import Progress
 from fabricwatch.streams.kafka_io import ensure_topics
 from fabricwatch.streams.stages import Stage1Worker, Stage2Worker
-from fabricwatch.streams.window_keeper import WindowKeeper
 from fabricwatch.streams.worker_context import Worker, WorkerOptions
 
 EARLIER, LATER = 40, 40
@@ -70,7 +69,7 @@ async def _first_offsets(broker, want: int) -> list[int]:
         **kw,
     )
     await consumer.start()
-    consumer.subscribe([topics.COUNTERS], listener=_SlowBroker(w, consumer, kw, WindowKeeper(w, kw)))
+    consumer.subscribe([topics.COUNTERS], listener=_SlowBroker(w, consumer, kw))
     got: list[int] = []
     deadline = time.monotonic() + 30
     try:
