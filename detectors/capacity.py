@@ -27,7 +27,7 @@ import numpy as np
 from fabricwatch.detectors.evidence import evidence, seen_now
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
-from fabricwatch.detectors.windows import DeviceWindows
+from fabricwatch.detectors.windows import DeviceWindows, window_delay
 from fabricwatch.schemas.capacity import CapacityConfig
 from fabricwatch.schemas.messages import RootCause, Symptom
 
@@ -199,11 +199,7 @@ CAPACITY = IncidentKind(
     hint="Add capacity (links, uplinks) or move traffic: the link has no headroom for bursts.",
     describe=describe,
     finding=True,
-    # The window is whole buckets, so it trails the traffic by up to a bucket, and is judged at
-    # the next bucket's close: a window and two buckets after the traffic began, and a poll.
-    delay_bound_s=lambda poll_s, config, severity: (
-        config.capacity.window_s + 2 * config.capacity.bucket_s + poll_s
-    ),
+    delay_bound_s=window_delay("capacity"),
     delay="window_s + 2 x bucket_s + 1 poll",
 )
 

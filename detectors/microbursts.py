@@ -40,7 +40,7 @@ from fabricwatch.detectors.incast import EcnBand, IncastConfig
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
-from fabricwatch.detectors.windows import DeviceWindows
+from fabricwatch.detectors.windows import DeviceWindows, window_delay
 from fabricwatch.schemas.bursts import MicroburstConfig
 from fabricwatch.schemas.messages import RootCause, Symptom
 
@@ -276,10 +276,7 @@ MICROBURSTS = IncidentKind(
     describe=describe,
     carried=("peak_watermark_bytes", "most_bursting"),
     finding=True,
-    # Judged at a bucket's close once half a window is read; the share may need the whole window.
-    delay_bound_s=lambda poll_s, config, severity: (
-        config.microbursts.window_s + 2 * config.microbursts.bucket_s + poll_s
-    ),
+    delay_bound_s=window_delay("microbursts"),
     delay="window_s + 2 x bucket_s + 1 poll",
 )
 

@@ -52,6 +52,18 @@ class DeviceWindows(Generic[_W]):
         )
 
 
+def window_delay(section: str) -> Any:
+    """The delay bound of a finding judged by ``DeviceWindows``: the window is whole buckets, so
+    it trails the traffic by up to a bucket and is judged at the next bucket's close; a window,
+    two buckets and a poll after the traffic began. ``section``: its detector's config section."""
+
+    def bound(poll_s: float, config: Any, severity: str) -> float:
+        own = getattr(config, section)
+        return own.window_s + 2 * own.bucket_s + poll_s
+
+    return bound
+
+
 class WindowedDetector(Protocol):
     def window_state(self, device: str) -> bytes | None:
         """The device's window, or None if it has none."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +24,7 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Anomaly, DecodeError, decode
-from fabricwatch.streams.kafka_io import read_to_end
+from fabricwatch.streams.kafka_io import read_to_end, seek_since
 from fabricwatch.streams.stages import UNKNOWN_POD
 
 if TYPE_CHECKING:
@@ -112,14 +111,7 @@ async def _recent_anomalies(consumer: AIOKafkaConsumer) -> list[Anomaly]:
     if not tps:
         return []
     consumer.assign(tps)
-    since_ms = int((time.time() - ADOPT_LOOKBACK_S) * 1000)
-    found = await consumer.offsets_for_times({tp: since_ms for tp in tps})
-    for tp in tps:
-        at = found.get(tp)
-        if at is None:
-            await consumer.seek_to_end(tp)
-        else:
-            consumer.seek(tp, at.offset)
+    await seek_since(consumer, tps, ADOPT_LOOKBACK_S)
     out: list[Anomaly] = []
     while True:  # bounded by HANDOVER_TIMEOUT_S
         batch = await consumer.getmany(timeout_ms=200)

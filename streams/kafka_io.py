@@ -184,6 +184,19 @@ async def placed(consumer: Any, tps: Any) -> AsyncIterator[None]:
         consumer.resume(*(set(tps) & consumer.assignment()))
 
 
+async def seek_since(consumer: Any, tps: list[Any], seconds: float) -> None:
+    """Place the aiokafka ``consumer``'s assigned ``tps`` at their first record of the last
+    ``seconds`` (by its timestamp), or at their end when they have none that recent."""
+    since_ms = int((time.time() - seconds) * 1000)
+    found = await consumer.offsets_for_times(dict.fromkeys(tps, since_ms))
+    for tp in tps:
+        at = found.get(tp)
+        if at is None:
+            await consumer.seek_to_end(tp)
+        else:
+            consumer.seek(tp, at.offset)
+
+
 async def read_to_end(consumer: Any, tps: list[Any]) -> bool:
     """Whether the aiokafka ``consumer`` has read ``tps`` to their end. Only after a fetch
     answered for each: before one, Tansu's short ListOffsets answer (see ``log_ends``) calls a

@@ -30,7 +30,7 @@ from aiokafka.errors import KafkaError
 
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import DecodeError, WindowState, decode
-from fabricwatch.streams.kafka_io import read_to_end
+from fabricwatch.streams.kafka_io import read_to_end, seek_since
 from fabricwatch.streams.stages import Keyed
 
 if TYPE_CHECKING:
@@ -126,14 +126,7 @@ class WindowKeeper:
         try:
             await consumer.start()
             consumer.assign(tps)
-            since_ms = int((time.time() - LOOKBACK_SAVES * self._w.opts.window_save_s) * 1000)
-            found = await consumer.offsets_for_times(dict.fromkeys(tps, since_ms))
-            for tp in tps:
-                at = found.get(tp)
-                if at is None:
-                    await consumer.seek_to_end(tp)
-                else:
-                    consumer.seek(tp, at.offset)
+            await seek_since(consumer, tps, LOOKBACK_SAVES * self._w.opts.window_save_s)
             while True:  # bounded by LOAD_TIMEOUT_S
                 batch = await consumer.getmany(timeout_ms=200)
                 for record in (r for records in batch.values() for r in records):
