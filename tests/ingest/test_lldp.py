@@ -80,6 +80,9 @@ def cabled() -> Iterator[tuple[Lldpd, Lldpd]]:
         daemons += [host, leaf]
         leaf.cli("configure", "system", "hostname", "leaf07")  # as a switch names itself
         leaf.cli("configure", "lldp", "portidsubtype", "ifname")
+        # Every second, not lldpd's 30: a frame sent before the host's daemon watched its interface
+        # would otherwise leave the host without a neighbour for the whole wait (CI on 634051a).
+        leaf.cli("configure", "lldp", "tx-interval", "1")
         leaf.cli("update")
         yield host, leaf
     finally:
