@@ -6,7 +6,9 @@ would see them. Also reports the full stage-1 (rates + detectors) on the same in
 at a time (``decode_stage1``) and in batches as the workers run it (``stage1_nic_batch``,
 ``stage1_switch_batch``: ``Stage1Worker.process``, from message bytes to encoded output messages;
 ``stage1_switch_marking_batch``: the same switches marking and pausing a little on every queue,
-which every switch detector must then read).
+which every switch detector must then read). ``stage1_nic_rhythm_*``: the NIC path with and
+without the rhythm detector, on steady traffic and on a job stepping every 6 s, 8 minutes of it
+(the detector judges every 30 s and reads every poll).
 
     python bench/bench_rates.py [--seconds 5]
 """
@@ -23,6 +25,7 @@ import numpy as np
 from fabricwatch.blas_threads import limit_blas_threads
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.rates import RateEngine
+from fabricwatch.detectors.registry import DETECTORS, Registry
 from fabricwatch.detectors.stage1 import Stage1
 from fabricwatch.schemas.messages import CounterSpec, Snapshot, decode, encode
 from fabricwatch.streams.stages import Stage1Worker
@@ -88,8 +91,16 @@ _QUEUE_BYTES = 100_000
 
 
 def encoded_series(
-    kind: str, devices: int, polls: int, nports: int, counters: list[CounterSpec], marking: bool = False
+    kind: str,
+    devices: int,
+    polls: int,
+    nports: int,
+    counters: list[CounterSpec],
+    marking: bool = False,
+    period: int = 0,
 ) -> list[bytes]:
+    """``period``: polls between the starts of a job's steps, each sending for a third of it (a
+    rhythm); 0, steady traffic."""
     rng = np.random.default_rng(1)
     base = rng.integers(0, 2**40, size=(devices, nports, len(counters)), dtype=np.uint64)
     base[:, :, [c.kind != "counter" for c in counters]] = _QUEUE_BYTES
@@ -97,10 +108,14 @@ def encoded_series(
     typical = np.array([rates.get(c.name, 0) for c in counters], dtype=np.uint64)
     step = (rng.uniform(0.5, 1.0, size=(devices, nports, len(counters))) * typical).astype(np.uint64)
     ports = [f"Ethernet{8 * i}" for i in range(nports)] if kind == "switch" else ["1"]
+    sent = np.arange(polls + 1, dtype=np.uint64)
+    if period:
+        on = (np.arange(polls) % period) < max(1, period // 3)
+        sent = np.concatenate([[0], np.cumsum(np.where(on, 3, 0))]).astype(np.uint64)
     out = []
     for t in range(polls):
         for d in range(devices):
-            values = base[d] + step[d] * np.uint64(t)
+            values = base[d] + step[d] * sent[t]
             snap = Snapshot(
                 device=f"{kind}{d:03d}",
                 device_kind=kind,
@@ -158,11 +173,42 @@ def measure_batch(label: str, messages: list[bytes], seconds: float, batch: int)
     }
 
 
+def measure_rhythm(label: str, messages: list[bytes], seconds: float, batch: int) -> list[dict]:
+    """Stage 1's NIC path with and without the rhythm detector (``traffic_rhythm.py``), in turns
+    within the run: its cost as a ratio on this machine, whatever else runs on it."""
+    snaps = [decode(m, Snapshot) for m in messages]
+    registries = {
+        "with": Registry(DETECTORS),
+        "without": Registry(tuple(d for d in DETECTORS if d.name != "rhythm")),
+    }
+    spent = dict.fromkeys(registries, 0.0)
+    runs, start = 0, time.perf_counter()
+    while time.perf_counter() - start < 2 * seconds:
+        for name, registry in registries.items():
+            stage = Stage1(DetectorConfig(), registry=registry)
+            began = time.perf_counter()
+            for i in range(0, len(snaps), batch):
+                stage.process_batch(snaps[i : i + batch])
+            spent[name] += time.perf_counter() - began
+        runs += 1
+    n = runs * len(snaps)
+    return [
+        {
+            "bench": f"stage1_nic_rhythm_{label}",
+            "rhythm_detector": name,
+            "us_per_snapshot": round(spent[name] / n * 1e6, 2),
+            "ratio_to_without": round(spent[name] / spent["without"], 3),
+        }
+        for name in registries
+    ]
+
+
 def main() -> None:
     limit_blas_threads()  # as the workers run
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--batch", type=int, default=1000, help="snapshots per stage-1 batch (a worker's)")
+    parser.add_argument("--rhythm-nics", type=int, default=200, help="NICs of the rhythm benchmark")
     args = parser.parse_args()
     sw, nic = switch_counters(), nic_counters()
     cases = [
@@ -176,6 +222,10 @@ def main() -> None:
         print(json.dumps(measure_batch(short, msgs, args.seconds, args.batch)), flush=True)
     marking = encoded_series("switch", 8, 20, 64, sw, marking=True)
     print(json.dumps(measure_batch("switch_marking", marking, args.seconds, args.batch)), flush=True)
+    for label, period in (("steady", 0), ("stepping", 6)):  # 8 minutes at 1 s polls
+        msgs = encoded_series("nic", args.rhythm_nics, 480, 1, nic, period=period)
+        for line in measure_rhythm(label, msgs, args.seconds, args.batch):
+            print(json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":

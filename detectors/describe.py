@@ -40,6 +40,8 @@ class Describer:
         """A root the topology does not know, or a switch port it has no link for, is said to be
         unchecked: the incident may stop short of the real root, or split in two."""
         root, fabric = incident.root, self.fabric
+        if root.group.startswith("job:"):
+            return  # a job, not a device: no topology names it
         if fabric.lacks(root.device):
             incident.evidence["root_in_topology"] = 0
             incident.summary += (

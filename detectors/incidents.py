@@ -48,12 +48,20 @@ class Placement:
 
     correlator: Correlator
     explained: set[str]
+    now_ns: int
     _ports: dict[str, set[tuple[str, str]]] = field(default_factory=dict, init=False)
     _devices: dict[str, set[str]] = field(default_factory=dict, init=False)
+    _held: set[str] | None = field(default=None, init=False)
 
     @property
     def fabric(self) -> FabricMap:
         return self.correlator.fabric
+
+    def hosts_held(self) -> set[str]:
+        """``Correlator.hosts_held``, gathered once per tick."""
+        if self._held is None:
+            self._held = self.correlator.hosts_held(self.now_ns)
+        return self._held
 
     @property
     def roots(self) -> Roots:
@@ -76,6 +84,13 @@ class Placement:
     def storm_root(self, key: SymptomKey, sym: Symptom) -> RootCause:
         return self.correlator.storm_membership(key, sym, self)
 
+    def jobs_on(self, host: str, at_ns: int, since_ns: int | None = None) -> list[str]:
+        return self.correlator.jobs.jobs_on(host, at_ns, since_ns)
+
+
+HELD_AFTER_S = 60.0
+"""How long after an incident resolves its hosts are still held by it: what it did to their jobs
+(a ring a storm stopped) is judged over half a minute or more, and shows until then."""
 
 ECHO_FACTOR = 10.0
 """A NIC retransmitting more than this many times the loss ratio of a lossy link is not that
@@ -112,6 +127,8 @@ class Correlator:
         self._ended: dict[tuple[str, str, str], str] = {}
         """Where a detector ended a symptom for lack of data, and why: the incident rooted there
         resolves saying so, not as if it had healed."""
+        self._released: dict[str, int] = {}
+        """Hosts of incidents that resolved lately, and when: held a while longer (``hosts_held``)."""
 
     @property
     def fabric(self) -> FabricMap:
@@ -148,7 +165,7 @@ class Correlator:
         ``now_ns``, as in process, where input comes in time order. A new incident that waits
         for evidence (``_ripe``) waits in settled time: evidence late on its way is not absent."""
         self._expire(now_ns)
-        placement = Placement(self, self._explained())
+        placement = Placement(self, self._explained(), now_ns)
         groups = self._group(placement)
         out = []
         kinds = self.registry.incidents
@@ -303,6 +320,15 @@ class Correlator:
 
     def active_keys(self) -> list[SymptomKey]:
         return list(self._active)
+
+    def hosts_held(self, now_ns: int) -> set[str]:
+        """The hosts (victims, jobs' hosts) of every open incident that is not a finding, and of
+        those resolved less than ``HELD_AFTER_S`` ago: a job a storm stopped takes a while to be
+        seen running again."""
+        kinds = self.registry.incidents
+        self._released = {h: t for h, t in self._released.items() if now_ns - t < HELD_AFTER_S * NS}
+        held = {h for i in self._incidents.values() if not kinds[i.kind].finding for h in i.hosts}
+        return held | self._released.keys()
 
     def _explained(self) -> set[str]:
         """Devices of open incidents whose kind explains what else their devices show."""
@@ -467,6 +493,8 @@ class Correlator:
                 if why is not None:
                     incident.summary += f"; ended for lack of data ({why}), not seen to recover"
                 out.append(self._anomaly(incident, "resolved", now_ns, end_ns=incident.last_ns))
+                if not kinds[incident.kind].finding:
+                    self._released |= dict.fromkeys(incident.hosts, now_ns)
                 del self._incidents[fp]
         return out
 

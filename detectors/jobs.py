@@ -3,6 +3,7 @@ their ranks and host pairs, from their communication graphs (``CommGraph``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from fabricwatch.detectors.incident_state import NS, Incident
@@ -136,10 +137,21 @@ class JobAttribution:
         return matches
 
     def hosts_sharing_a_phase(self, host: str, at_ns: int) -> set[str]:
-        running = (
-            ph for ph in self.phases if ph.begin_ns <= at_ns and (ph.end_ns is None or ph.end_ns >= at_ns)
+        return {
+            h for ph in self._running(at_ns) if host in (parts := set(ph.participants())) for h in parts
+        } - {host}
+
+    def jobs_on(self, host: str, at_ns: int, since_ns: int | None = None) -> list[str]:
+        """The jobs with a phase running on ``host`` at ``at_ns`` (and already at ``since_ns``:
+        the same phase all along), by name."""
+        running = self._running(at_ns, at_ns if since_ns is None else since_ns)
+        return sorted({ph.job for ph in running if host in ph.participants()})
+
+    def _running(self, at_ns: int, since_ns: int | None = None) -> Iterator[Phase]:
+        begun = at_ns if since_ns is None else min(at_ns, since_ns)
+        return (
+            ph for ph in self.phases if ph.begin_ns <= begun and (ph.end_ns is None or ph.end_ns >= at_ns)
         )
-        return {h for ph in running if host in (parts := set(ph.participants())) for h in parts} - {host}
 
     def prune(self, now_ns: int) -> None:
         """Keep phases that ended in the last ten minutes; amortised, so memory stays bounded."""

@@ -35,6 +35,7 @@ from fabricwatch.detectors import (
     retransmissions,
     silence,
     stragglers,
+    traffic_rhythm,
 )
 from fabricwatch.detectors.outliers import detector as outliers
 from fabricwatch.detectors.spec import Detector, IncidentKind, SymptomKind
@@ -57,6 +58,7 @@ DETECTORS: tuple[Detector, ...] = (
     host_bound.DETECTOR,
     capacity.DETECTOR,
     microbursts.DETECTOR,
+    traffic_rhythm.DETECTOR,
     outliers.DETECTOR,
     silence.DETECTOR,
     job_slowdown.DETECTOR,

@@ -71,6 +71,12 @@ class PacedDetector(DeviceDetector, Protocol):
         ...
 
 
+class Recorder(PacedDetector, Protocol):
+    def record(self, frame: RateFrame) -> None:
+        """Take note of one poll's rates, calm or not."""
+        ...
+
+
 @dataclass(frozen=True)
 class JobFinding:
     """What a job detector finds wrong with one communicator of a job, as of one check. The same
@@ -148,6 +154,15 @@ class Placement(Protocol):
 
     def storm_root(self, key: SymptomKey, sym: Symptom) -> RootCause:
         """The open storm a paused port belongs to (membership is sticky)."""
+        ...
+
+    def hosts_held(self) -> set[str]:
+        """The hosts of every open incident that is not a finding (its victims, its jobs')."""
+        ...
+
+    def jobs_on(self, host: str, at_ns: int, since_ns: int | None = None) -> list[str]:
+        """The jobs whose phases run on ``host`` at ``at_ns``, and already did at ``since_ns``
+        (the same phase all along), by name."""
         ...
 
 
@@ -260,6 +275,10 @@ class Detector:
     codewords on a PAM4 link, a negotiated speed, an optic's power): declaring them would end the
     calm-poll skip for every device. Its ``make`` builds a ``PacedDetector``, given a device's poll
     whenever it says the device is due (calm or not), and no other; its ``signals`` are ignored."""
+    records: bool = False
+    """A paced detector that also takes note of every poll of its devices (``Recorder.record``,
+    calm or not): what it judges at its checks is a series of polls (a job's rhythm), and noting
+    one costs a lookup and a write, not a detector's pass."""
 
 
 def by_the_job_stage(*_: object) -> None:

@@ -9,7 +9,8 @@ open, since for such a poll they change nothing and say nothing. A fabric has te
 for every switch one, and nearly all are quiet. A kind with a detector that declares no signals
 (the switch: incast and ECMP read every poll) is never skipped. Paced detectors (a degrading
 optic, a port at the wrong speed) are given a device's poll when they say it is due, calm or not
-(``paced.py``).
+(``paced.py``); those that judge a series of polls (a job's rhythm) take note of every poll
+(``Recorder``), calm or not.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.outliers import OutlierStage
 from fabricwatch.detectors.rates import RateEngine, RateFrame
 from fabricwatch.detectors.registry import REGISTRY, Registry
-from fabricwatch.detectors.spec import DeviceDetector, PacedDetector, Poll
+from fabricwatch.detectors.spec import DeviceDetector, PacedDetector, Poll, Recorder
 from fabricwatch.detectors.windows import WindowedDetector, WindowError
 from fabricwatch.schemas.messages import Snapshot, Symptom, Topology
 
@@ -40,12 +41,15 @@ class Stage1:
         self.fabric = FabricMap(None, self.config.default_link_gbps)
         self._detectors: dict[str, list[DeviceDetector]] = {"nic": [], "switch": []}
         self._paced: dict[str, list[PacedDetector]] = {"nic": [], "switch": []}
+        self._recorders: dict[str, list[Recorder]] = {"nic": [], "switch": []}
         self._windowed: dict[str, WindowedDetector] = {}
         """Detectors that judge a device over a window, by name: their windows move with the device."""
         for spec in registry.device:
             detector = spec.make(self.config)  # type: ignore[misc]
             for kind in spec.device_kinds:
                 (self._paced if spec.paced else self._detectors)[kind].append(detector)  # type: ignore[arg-type]
+                if spec.records:
+                    self._recorders[kind].append(detector)  # type: ignore[arg-type]
             if hasattr(detector, "window_state"):
                 self._windowed[spec.name] = detector  # type: ignore[assignment]
         self._watches = [spec.watch(self.config) for spec in registry.detectors if spec.watch is not None]
@@ -67,6 +71,7 @@ class Stage1:
         frame = self.rates.update(snap, known)
         if frame is None or after_dark:
             return frame, []
+        self._record(frame)
         return frame, self._detect(frame, line)
 
     def process_batch(
@@ -79,15 +84,19 @@ class Stage1:
         calm = self._calm(frames) if self._outliers is None else set()
         out: list[tuple[RateFrame | None, list[Symptom]]] = []
         for i, (frame, (line, _)) in enumerate(zip(frames, speeds, strict=True)):
-            if frame is None:
-                out.append((None, []))
-            elif i in after_dark:
+            if frame is None or i in after_dark:
                 out.append((frame, []))
-            elif i in calm and frame.device not in self._open:  # open: as left
+                continue
+            self._record(frame)
+            if i in calm and frame.device not in self._open:  # open: as left
                 out.append((frame, self._check_paced(frame, line)))
             else:
                 out.append((frame, self._detect(frame, line)))
         return out
+
+    def _record(self, frame: RateFrame) -> None:
+        for recorder in self._recorders.get(frame.device_kind, ()):
+            recorder.record(frame)
 
     def _detect(self, frame: RateFrame, line: np.ndarray) -> list[Symptom]:
         poll = Poll(frame, line, self.fabric)

@@ -184,6 +184,21 @@ class Straggler(_Fault, tag="straggler"):
     delay: float = 0.05
 
 
+class StepStretch(_Fault, tag="step_stretch"):
+    """``job``'s steps take ``factor`` times as long (a slow GPU, a data loader): each of its
+    bursty activities sends the same bursts, further apart. Its phases run on unchanged."""
+
+    job: str
+    factor: float = 1.3
+
+
+class JobStop(_Fault, tag="job_stop"):
+    """``job`` hangs: its activities send nothing, while its phases (what the scheduler and its
+    logs say runs) stay open."""
+
+    job: str
+
+
 class DeviceSilent(_Fault, tag="device_silent"):
     """``device`` (a NIC or a switch) is not read: its collector died, or the device hangs. The
     fabric itself is unchanged; only what is known of it."""
@@ -212,4 +227,6 @@ Fault = (
     | PcieCappedNic
     | DeviceSilent
     | Straggler
+    | StepStretch
+    | JobStop
 )

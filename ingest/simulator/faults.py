@@ -8,7 +8,8 @@ time is part of the cached fabric state. Every fault that starts within the run 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import msgspec
 import numpy as np
@@ -423,6 +424,44 @@ def _add_straggler(c: _Context, f: fault_kinds.Straggler, i: int, job: str, end:
     return _label(c.sc, "job_straggler", f.start, end, RootCause(f.host), [job], note)
 
 
+def _add_step_stretch(c: _Context, f: fault_kinds.StepStretch, i: int, job: str, end: float) -> Label:
+    _retime(c, job, lambda a: _stretched(a, f.start, end, f.factor))
+    note = f"{job}'s steps take {f.factor:g} times as long"
+    return _label(c.sc, "rhythm", f.start, end, RootCause(job, group=f"job:{job}"), [job], note)
+
+
+def _add_job_stop(c: _Context, f: fault_kinds.JobStop, i: int, job: str, end: float) -> Label:
+    def stopped(a: ActivityRun) -> tuple[np.ndarray, np.ndarray]:
+        keep = (a.starts < f.start) | (a.starts >= end)
+        starts, ends = a.starts[keep], a.ends[keep]
+        return starts, np.where(starts < f.start, np.minimum(ends, f.start), ends)
+
+    _retime(c, job, stopped)
+    note = f"{job} hangs: its traffic stops, its phases stay open"
+    return _label(c.sc, "rhythm", f.start, end, RootCause(job, group=f"job:{job}"), [job], note)
+
+
+def _retime(c: _Context, job: str, windows: Callable[[ActivityRun], tuple[np.ndarray, np.ndarray]]) -> None:
+    """Replace the on-windows of ``job``'s bursty activities (their phases unchanged: the job
+    still runs, as far as its scheduler and logs say)."""
+    for k, a in enumerate(c.jobs):
+        if a.job == job and len(a.starts) > 1:
+            starts, ends = windows(a)
+            c.jobs[k] = replace(a, starts=starts, ends=ends)
+
+
+def _stretched(a: ActivityRun, start: float, end: float, factor: float) -> tuple[np.ndarray, np.ndarray]:
+    """The activity's bursts from ``start`` to ``end`` ``factor`` times as far apart, then at their
+    own period again until the activity's end."""
+    period, on, last = float(a.starts[1] - a.starts[0]), float(a.ends[0] - a.starts[0]), float(a.ends[-1])
+    before = a.starts[a.starts < start]
+    t = float(a.starts[a.starts >= start][0]) if (a.starts >= start).any() else last
+    slow = np.arange(t, min(end, last), period * factor)
+    resume = slow[-1] + period * factor if len(slow) else t
+    starts = np.concatenate([before, slow, np.arange(resume, last, period)])
+    return starts, np.minimum(starts + on, last)
+
+
 _ADDERS = {
     fault_kinds.PfcStorm: _add_storm,
     fault_kinds.SwitchStall: _add_switch_stall,
@@ -444,4 +483,6 @@ _ADDERS = {
     fault_kinds.DeviceSilent: _add_silent,
     fault_kinds.LinkDown: _add_link_down,
     fault_kinds.Straggler: _add_straggler,
+    fault_kinds.StepStretch: _add_step_stretch,
+    fault_kinds.JobStop: _add_job_stop,
 }

@@ -31,12 +31,14 @@ from fabricwatch.ingest.simulator.fault_kinds import (
     HostSelection,
     Idle,
     Incast,
+    JobStop,
     LossyLink,
     NicRetransmit,
     NicSlowdown,
     PcieCappedNic,
     PfcStorm,
     SpeedDownshift,
+    StepStretch,
     Straggler,
     SwitchStall,
 )
@@ -488,6 +490,13 @@ def _check_faults(sc: Scenario, names: _Names, p: _Problems) -> None:
             p.require(names.host(fault.host), f"{path}.host", _host(fault.host))
             p.require(fault.job in {j.name for j in sc.jobs}, f"{path}.job", f"unknown job {fault.job!r}")
             p.require(fault.delay > 0, f"{path}.delay", "must be positive")
+        elif isinstance(fault, StepStretch | JobStop):
+            job = next((j for j in sc.jobs if j.name == fault.job), None)
+            p.require(job is not None, f"{path}.job", f"unknown job {fault.job!r}")
+            bursty = job is not None and any(a.burst for a in job.schedule)
+            p.require(job is None or bursty, f"{path}.job", "has no bursty activity: no steps to change")
+            if isinstance(fault, StepStretch):
+                p.require(fault.factor > 1, f"{path}.factor", "must be above 1 (a step that takes longer)")
         elif isinstance(fault, NicSlowdown | PcieCappedNic):
             p.require(names.host(fault.nic) or names.nic(fault.nic), f"{path}.nic", _host(fault.nic))
             p.require(0 < fault.factor < 1, f"{path}.factor", "must be in (0, 1)")

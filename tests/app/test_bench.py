@@ -27,7 +27,7 @@ SMALLEST = {
     "bench_outliers.py": ["--seconds", "0.2"],
     "bench_phases.py": ["--seconds", "0.5", "--repeat", "1"],
     "bench_phases_api.py": ["--calls", "1000", "--repeat", "1"],
-    "bench_rates.py": ["--seconds", "0.2", "--batch", "100"],
+    "bench_rates.py": ["--seconds", "0.2", "--batch", "100", "--rhythm-nics", "4"],
     "bench_rates_message.py": ["--scenario", "demo.yaml", "--duration", "5"],
     "bench_simulator.py": ["--scenario", "scenarios/demo.yaml"],
     "bench_sonic.py": ["--polls", "2", "--ports", "4"],

@@ -202,6 +202,7 @@ def test_every_shipped_kind_says_what_a_user_sees():
         "job_hang",
         "capacity",
         "microbursts",
+        "rhythm",
     }
     assert REGISTRY.kinds(needs_model=True) == {"outlier"}
 

@@ -1,0 +1,172 @@
+"""Issue 36, item 4: a job's rhythm read from its NICs' byte rates alone; a period that stretches
+and traffic that stops are findings, rooted at the job; a checkpoint's pause, gaps, a job that
+ends and traffic without a rhythm are not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fabricwatch.detectors.fabric import FabricMap
+from fabricwatch.detectors.pipeline import Pipeline
+from fabricwatch.detectors.rates import Layout, RateFrame
+from fabricwatch.detectors.spec import Poll
+from fabricwatch.detectors.traffic_rhythm import RhythmConfig, TrafficRhythm
+from fabricwatch.detectors.windows import WindowError
+from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.replay import replay_trace
+from fabricwatch.schemas.messages import CounterSpec, Symptom
+from fabricwatch.schemas.topology import Device, Topology
+
+NS = 1_000_000_000
+T0 = 1_767_225_600 * NS
+SPECS = (CounterSpec("tx_bytes", "counter", 64), CounterSpec("rx_bytes", "counter", 64))
+
+
+def steps(t: np.ndarray, period_s: float, on_s: float = 1.5) -> np.ndarray:
+    """A NIC's bytes a second, polled every second, when the job's collectives run ``on_s`` of each
+    ``period_s`` step at 20 GB/s (averaged over each poll, as a counter read each second is)."""
+    fine = np.arange(0, 1, 0.05)
+    on = ((t[:, None] + fine) % period_s) < on_s
+    rng = np.random.default_rng(int(period_s * 10))
+    return 2e10 * on.mean(axis=1) + 2e8 * rng.random(len(t))
+
+
+def run(rates: np.ndarray, detector: TrafficRhythm | None = None) -> list[Symptom]:
+    """One NIC polled every second, as stage 1 gives it (every poll noted, a check when due);
+    NaN: a poll that read nothing."""
+    return run_from(rates, 0, detector or TrafficRhythm(RhythmConfig()))
+
+
+def run_from(rates: np.ndarray, start_s: int, detector: TrafficRhythm) -> list[Symptom]:
+    fab, said = FabricMap(Topology(ts_ns=T0, devices=[Device("h001/mlx5_0", "nic")], links=[])), []
+    for t, rate in enumerate(rates[start_s:], start=start_s):
+        values = np.array([[rate / 2, rate / 2]])
+        frame = RateFrame("h001/mlx5_0", "nic", T0 + t * NS, 1.0, ["1"], Layout.of(SPECS), values)
+        detector.record(frame)
+        if detector.due(frame.device, frame.ts_ns):
+            said += detector.update(Poll(frame, np.array([5e10]), fab))
+    return said
+
+
+def changes(said: list[Symptom]) -> list[tuple[str, bool, int]]:
+    """Each change of state: (what, on, second)."""
+    out, last = [], {}
+    for s in said:
+        if last.get(s.group) != s.active:
+            out.append((s.group, s.active, (s.ts_ns - T0) // NS))
+            last[s.group] = s.active
+    return out
+
+
+def test_steps_that_take_longer_are_a_stretch_and_clear_when_they_are_back():
+    t = np.arange(1500.0)
+    rates = np.where((t >= 500) & (t < 900), steps(t, 7.8), steps(t, 6.0))
+    said = run(rates)
+    (on, off) = changes(said)
+    c = RhythmConfig()
+    bound = c.window_s + (c.confirm + 1) * c.every_s
+    assert on[:2] == ("stretched", True) and 500 < on[2] <= 500 + bound
+    assert off[:2] == ("stretched", False) and 900 < off[2] <= 900 + bound
+    found = next(s for s in said if s.active)
+    assert found.evidence["usual_period_s"] == pytest.approx(6.0, abs=0.1)
+
+
+def test_traffic_that_stops_is_found_and_a_checkpoints_pause_is_not():
+    t = np.arange(900.0)
+    checkpoint = (t >= 300) & (t < 312)
+    hang = (t >= 600) & (t < 750)
+    rates = np.where(checkpoint | hang, 1e6, steps(t, 6.0))
+    (on, off) = changes(run(rates))
+    c = RhythmConfig()
+    assert on[:2] == ("stopped", True) and 600 + c.stop_s <= on[2] <= 600 + c.stop_s + c.every_s
+    assert off[:2] == ("stopped", False) and 750 < off[2] <= 750 + c.stop_s + c.every_s
+
+
+def test_gaps_are_unknown_neither_a_stop_nor_a_change_and_noise_has_no_rhythm():
+    t = np.arange(900.0)
+    rng = np.random.default_rng(36)
+    gappy = np.where(rng.random(900) < 0.3, np.nan, steps(t, 6.0))
+    gappy[400:460] = np.nan  # a minute unread
+    assert run(gappy) == []
+    assert run(2e10 * rng.random(900)) == []  # no rhythm: nothing learned, nothing said
+
+
+def test_a_period_read_at_a_multiple_of_the_usual_is_the_same_rhythm():
+    """A step with two bursts of unequal size can read as its double when noise evens out the
+    first peak; the traffic still repeats at the usual period, so it did not stretch."""
+    t = np.arange(1200.0)
+    small = ((t % 12.0) >= 6) & ((t % 12.0) < 7.5)
+    rates = steps(t, 6.0) * np.where(small, 0.6, 1.0)
+    assert [c for c in changes(run(rates)) if c[0] == "stretched"] == []
+
+
+SCENARIO = """\
+name: rhythm
+seed: 364
+duration: 900
+poll_interval: 1.0
+fabric: {leaves: 2, spines: 4, hosts_per_leaf: 8}
+collector: {noise: 0.03, jitter_ms: 10}
+jobs:
+  - name: llm
+    hosts: 8
+    placement: consecutive
+    schedule:
+      - {op: AllReduce, begin: 0, end: 900, load: 0.6, burst: {duration: 1.5, period: 6.0}}
+  - name: moe
+    hosts: 4
+    first_host: 8
+    placement: consecutive
+    schedule:
+      - {op: AllToAll, begin: 0, end: 900, load: 0.4, burst: {duration: 1.0, period: 4.0}}
+  - name: done
+    hosts: 4
+    first_host: 12
+    placement: consecutive
+    schedule:
+      - {op: AllReduce, begin: 0, end: 500, load: 0.4, burst: {duration: 1.0, period: 5.0}}
+faults:
+  - {kind: step_stretch, job: llm, factor: 1.3, start: 400.4, duration: 500}
+  - {kind: job_stop, job: moe, start: 500.7, duration: 400}
+"""
+
+
+def test_a_job_that_slows_and_a_job_that_hangs_are_one_finding_each_and_a_job_that_ends_none(tmp_path):
+    """Through the whole pipeline from simulated counters: every NIC of llm stretches, one finding
+    rooted at the job; moe's traffic stops while its phase stays open, one finding; done's phase
+    closes at 500 s and its traffic with it: a job that ended, nothing said."""
+    path = tmp_path / "rhythm.yaml"
+    path.write_text(SCENARIO)
+    simulate(load_scenario(path), tmp_path / "trace")
+    events = [a for a in replay_trace(tmp_path / "trace", Pipeline()).anomalies if a.kind == "rhythm"]
+    firing = {a.root.device: a for a in events if a.status == "firing"}
+    assert sorted(firing) == ["llm", "moe"]
+    assert len([a for a in events if a.status == "firing"]) == 2
+    slow, hang = firing["llm"], firing["moe"]
+    assert slow.finding and slow.jobs == ["llm"] and slow.severity == "info"
+    assert slow.evidence["usual_period_s"] == pytest.approx(6.0, abs=0.2)
+    assert "stretched from 6.0 s" in slow.summary
+    assert hang.severity == "warning" and "traffic stopped" in hang.summary
+    assert (hang.start_ns - T0) / NS == pytest.approx(500.7, abs=20)
+
+
+def test_a_nics_rhythm_moves_to_another_worker_and_the_stretch_is_found_there():
+    """Stage 1's windows (``detectors/windows.py``): the worker that takes a NIC over after a
+    restart or a rebalance carries on with its usual period, rather than learning the stretched
+    one as usual; one kept under another window is refused."""
+    t = np.arange(1200.0)
+    rates = np.where(t >= 500, steps(t, 7.8), steps(t, 6.0))
+    first = TrafficRhythm(RhythmConfig())
+    assert run(rates[:500], first) == []
+    second = TrafficRhythm(RhythmConfig())
+    second.restore_window("h001/mlx5_0", first.window_state("h001/mlx5_0"))
+    said = [s for s in run_from(rates, 500, second) if s.active]
+    assert said and said[0].group == "stretched"
+    assert said[0].evidence["usual_period_s"] == pytest.approx(6.0, abs=0.1)
+    fresh = [s for s in run_from(rates, 500, TrafficRhythm(RhythmConfig())) if s.active]
+    assert fresh == []  # without it, 7.8 s is all it has seen: its usual period
+    with pytest.raises(WindowError):
+        TrafficRhythm(RhythmConfig(window_s=300)).restore_window(
+            "h001/mlx5_0", first.window_state("h001/mlx5_0")
+        )
