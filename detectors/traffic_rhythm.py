@@ -73,7 +73,7 @@ class RhythmConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """The span a period is read over: several steps of the slowest job watched."""
     every_s: Positive = 30.0
     """Seconds between two judgments of a NIC: a rhythm that holds costs two dot products then,
-    one that changed a spectrum (``bench/bench_rates.py``, ``stage1_nic_batch``)."""
+    one that changed a spectrum (``bench/bench_rates.py``, ``stage1_nic_rhythm_*``)."""
     min_polls: AtLeastOne = 36
     """Polls a window must hold: a third of them is the longest period it can read."""
     min_coverage: Fraction = 0.6
@@ -178,8 +178,13 @@ class TrafficRhythm(Pacer):
     def _nic(self, device: str, dt_s: float) -> _Nic:
         nic = self._nics.get(device)
         if nic is None:
-            size = int(min(4096, np.ceil(1.5 * self.config.window_s / max(dt_s, 1e-3)) + 1))
-            nic = self._nics[device] = _Nic(np.zeros(size, dtype=np.int64), np.full(size, np.nan))
+            # Room for a window and a half of polls, sized by the first interval but for polls of
+            # a second at least (a first interval that spans a gap would leave no room), 12 bytes
+            # a poll: some 3 KB a NIC at 1 s polls.
+            every = min(max(dt_s, 1e-3), 1.0)
+            size = int(min(4096, np.ceil(1.5 * self.config.window_s / every) + 1))
+            rates = np.full(size, np.nan, dtype=np.float32)
+            nic = self._nics[device] = _Nic(np.zeros(size, dtype=np.int64), rates)
         return nic
 
     def _judge(self, device: str, nic: _Nic, now_ns: int) -> list[Symptom]:
