@@ -146,16 +146,16 @@ class TrafficRhythm(Pacer):
         """Note the NIC's bytes sent and received this poll (NaN: none read). Every poll of every
         NIC comes here, so it is a few scalar operations, not a detector's pass."""
         tx, rx = frame.layout.col("tx_bytes"), frame.layout.col("rx_bytes")
-        cols = [c for c in (tx, rx) if c is not None]
-        if not cols:
-            return
-        if frame.values.shape[0] == 1:  # a NIC's one port: scalars, no array made
-            row = frame.values[0]
-            total = math.fsum(float(row[c]) for c in cols)
+        values = frame.values
+        if values.shape[0] == 1 and tx is not None and rx is not None:  # a NIC: two scalars
+            total = values.item(0, tx) + values.item(0, rx)
         else:
-            total = float(frame.values[:, cols].sum())
+            cols = [c for c in (tx, rx) if c is not None]
+            if not cols:
+                return
+            total = float(values[:, cols].sum())
         if math.isnan(total):  # some unread: the sum of those read; none read, unknown
-            block = frame.values[:, cols]
+            block = values[:, [c for c in (tx, rx) if c is not None]]
             total = math.nan if np.isnan(block).all() else float(np.nansum(block))
         nic = self._nic(frame.device, frame.dt_s)
         at = nic.at % len(nic.ts)
