@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import zhejiang
 
 from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.pipeline import Pipeline
@@ -170,3 +171,26 @@ def test_a_nics_rhythm_moves_to_another_worker_and_the_stretch_is_found_there():
         TrafficRhythm(RhythmConfig(window_s=300)).restore_window(
             "h001/mlx5_0", first.window_state("h001/mlx5_0")
         )
+
+
+@pytest.mark.parametrize("leaf", ["Leaf-1", "Leaf-2", "Leaf-3"])
+def test_real_host_ports_read_as_nics_learn_rhythms_and_none_stretches(leaf):
+    """Real production counters (Zhejiang Lab, ``helpers/zhejiang.py``): each host-facing leaf
+    port's bytes, summed per second, stand for its NIC's. Some learn a rhythm (30 s is the
+    commonest, as the estimator found); none stretches over the excerpt. A port whose traffic
+    fell away may read stopped: with no job known to run there, stage 2 says nothing of it."""
+    data = zhejiang.load(leaf)
+    whole = np.floor(data.seconds()).astype(int)
+    learned, said = 0, []
+    for i, port in enumerate(data.ports):
+        if not port.startswith("TwoHundredGigE"):
+            continue
+        read = ~np.isnan(data.deltas[:, i, 1])
+        sent = np.nansum(data.deltas[:, i, [1, 3]], axis=1)
+        per_s = np.bincount(whole[read], weights=sent[read], minlength=whole.max() + 1)
+        seen = np.bincount(whole[read], minlength=whole.max() + 1) > 0
+        detector = TrafficRhythm(RhythmConfig())
+        said += run(np.where(seen, per_s, np.nan), detector)
+        learned += any(np.isfinite(n.usual_s) for n in detector._nics.values())
+    assert learned >= 3
+    assert not [s for s in said if s.group == "stretched"]
