@@ -165,6 +165,8 @@ def _check_device_side(d: Detector) -> None:
         return
     if not d.device_kinds or not d.device_kinds <= DEVICE_KINDS:
         raise RegistryError(f"detector {d.name!r}: device_kinds must be some of {sorted(DEVICE_KINDS)}")
+    if d.records and not d.paced:
+        raise RegistryError(f"detector {d.name!r}: records every poll but is not paced (it would judge none)")
     unknown = sorted((d.signals or frozenset()) - set(vocabulary.canonical()))
     if unknown:
         raise RegistryError(f"detector {d.name!r}: signals {unknown} are not counters of the vocabulary")

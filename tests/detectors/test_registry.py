@@ -159,6 +159,9 @@ def test_half_declared_detectors_are_refused_with_the_detector_named():
         make=lambda c: Busy(),
         signals=frozenset({"cnp_recieved"}),
     )
+    unpaced = Detector(name="unpaced", device_kinds=frozenset({"nic"}), make=lambda c: Busy(), records=True)
+    with pytest.raises(RegistryError, match="'unpaced': records every poll but is not paced"):
+        Registry([unpaced])
     with pytest.raises(RegistryError, match=r"'typo': signals \['cnp_recieved'\] are not counters"):
         Registry([unknown])
     with pytest.raises(RegistryError, match="'toy' is registered twice"):
