@@ -4,8 +4,9 @@
 A training job's traffic repeats with its step: the same collectives, every step, through every
 NIC of its hosts. Per NIC, over a sliding ``window_s`` of its byte rates (sent and received), the
 period is the autocorrelation's (``rhythm.py``), judged every ``every_s``. A NIC whose period held
-within ``agree`` of itself for ``learn`` judgments in a row, at ``min_strength`` or more, has a
-**usual period** (and a usual rate: the window's mean). Then
+within ``agree`` of itself for ``learn`` judgments in a row, at ``min_strength`` or more and
+``min_period_polls`` polls long at least, has a **usual period** (and a usual rate: the
+window's mean). Then
 
 * **stretched**: for ``confirm`` judgments in a row, the period reads ``stretch`` or more above
   the usual one, and
@@ -31,14 +32,18 @@ of its time, or holding fewer than ``min_polls`` polls, is not judged (missing d
 and a few polls hold no period), and a judgment without a period changes nothing.
 
 Stage 2 roots a NIC's finding at the job whose phase on its host ran through the window before
-the change, in which the rhythm was whole (every NIC of a job that slows is one finding; a phase
-begun since is another activity's, found in the suite: a job between two phases, one of its
-bursts running, its NICs silent); a stop
-without such a job is not said (from the fabric alone a job that ended cleanly stops the same
-way); nor is a change while another job's phase began on the host (its traffic's mix changed,
-not its pace: found in the suite, a sender of a second All-to-All's bursts), nor anything on a
-host or device an open incident holds (found in the suite: a PFC storm stops the AllReduce ring
-through its root, every host of the ring stops; the storm is paged, naming the job).
+the change, in which the rhythm was whole: every NIC of a job that slows is one finding. It says
+nothing
+
+* without such a job: from the fabric alone a job that ended stops the same way, and a host's
+  rhythm changes with the mix of jobs on it (found on the real leaves, which name no job: a port
+  whose 6 s rhythm read 16 s for minutes, and ports whose traffic stopped);
+* when another job's phase began on the host since: its mix of traffic changed, not its pace
+  (found in the suite: a sender of a second All-to-All's bursts); or a phase begun since is
+  another activity's (a job between two phases, one of its bursts running, its NICs silent);
+* on a host or device an open incident holds, or held in the last minute (found in the suite: a
+  PFC storm stops the AllReduce ring through its root, every host of the ring stops; the storm
+  is paged, naming the job).
 """
 
 from __future__ import annotations
@@ -78,6 +83,10 @@ class RhythmConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """Polls a window must hold: a third of them is the longest period it can read."""
     min_coverage: Fraction = 0.6
     learn: AtLeastOne = 3
+    min_period_polls: AtLeastOne = 4
+    """Polls the usual period must span. A period of two or three polls is as likely an alias of a
+    faster rhythm, which a small change moves far (found on the real leaves: ports of three leaves
+    read 2.0 s, then 3.0 s, at once)."""
     min_strength: Fraction = 0.5
     """Autocorrelation a period must reach to be learned or to be a stretch: a weaker one is a
     rhythm the traffic of other jobs and faults blurs (found in the suite: a NIC of an All-to-All
@@ -243,7 +252,8 @@ class TrafficRhythm(Pacer):
         nic.misses = 0
         nic.period_s, nic.strength = found.period_s, found.strength
         if not np.isfinite(nic.usual_s):
-            self._learn(nic, found.period_s, _known_mean(series))
+            if found.period_s >= c.min_period_polls * dt_s:
+                self._learn(nic, found.period_s, _known_mean(series))
             return
         ratio = found.period_s / nic.usual_s
         still = match_at(acf, nic.usual_s / dt_s) >= SHARE * found.strength
@@ -335,7 +345,7 @@ def rhythm_root(placement: Placement, key: SymptomKey, sym: Symptom) -> RootCaus
         if set(running) - set(through):
             return None
         return RootCause(through[0], group=f"job:{through[0]}")
-    return None if sym.group == "stopped" else RootCause(host)
+    return None
 
 
 def describe(

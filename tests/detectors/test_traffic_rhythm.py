@@ -16,7 +16,8 @@ from fabricwatch.detectors.traffic_rhythm import RhythmConfig, TrafficRhythm
 from fabricwatch.detectors.windows import WindowError
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.replay import replay_trace
-from fabricwatch.schemas.messages import CounterSpec, Symptom
+from fabricwatch.schemas import topics
+from fabricwatch.schemas.messages import CounterSpec, Snapshot, Symptom, encode
 from fabricwatch.schemas.topology import Device, Topology
 
 NS = 1_000_000_000
@@ -194,3 +195,20 @@ def test_real_host_ports_read_as_nics_learn_rhythms_and_none_stretches(leaf):
         learned += any(np.isfinite(n.usual_s) for n in detector._nics.values())
     assert learned >= 3
     assert not [s for s in said if s.group == "stretched"]
+
+
+def test_a_stretch_on_a_host_no_job_is_known_to_run_on_is_no_finding():
+    """Found on the real leaves, which name no job: a port's 6 s rhythm read 16 s for minutes. The
+    NIC says it stretched (stage 1); with no job whose phase ran through it, stage 2 says nothing:
+    the mix of jobs on a host changes its rhythm as a slowdown does."""
+    t = np.arange(1000.0)
+    rates = np.where(t >= 400, steps(t, 7.8), steps(t, 6.0))
+    sent = np.concatenate([[0.0], np.cumsum(rates)]).astype(np.int64) // 2
+    pipeline, events = Pipeline(), []
+    for i, total in enumerate(sent):
+        snap = Snapshot("h001/mlx5_0", "nic", T0 + i * NS, list(SPECS), ["1"], [[int(total), int(total)]])
+        events += pipeline.feed(topics.COUNTERS, snap.ts_ns, encode(snap))
+    events += pipeline.finish()
+    said = [s for s in run(rates) if s.active]
+    assert said and said[0].group == "stretched"  # the NIC did stretch
+    assert [a for a in events if a.kind == "rhythm"] == []
