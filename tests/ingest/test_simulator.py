@@ -410,6 +410,15 @@ def test_switches_can_omit_counters_they_do_not_export(tmp_path: Path) -> None:
             "duration: 10\nfaults: [{kind: ecmp_collapse, leaf: leaf01, load: 0.02, start: 1, duration: 2}]",
             "faults[0].load: puts 16% of line rate on the members it uses",
         ),
+        (
+            "duration: 10\njobs: [{name: a, hosts: 4, schedule: [{op: AllReduce, begin: 0, end: 9}]}]\n"
+            "faults: [{kind: step_stretch, job: a, start: 1, duration: 2}]",
+            "faults[0].job: has no bursty activity: no steps to change",
+        ),
+        (
+            "duration: 10\nfaults: [{kind: job_stop, job: nobody, start: 1, duration: 2}]",
+            "faults[0].job: unknown job 'nobody'",
+        ),
         ("duration: 10\nstart_time: yesterday", "start_time: not an ISO 8601 time"),
         ("duration: [", "not valid YAML"),
         (
