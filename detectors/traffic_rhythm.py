@@ -205,19 +205,20 @@ class TrafficRhythm(Pacer):
             return self._open(device, nic, now_ns)
         if np.count_nonzero(np.isfinite(series)) * dt_s < c.min_coverage * c.window_s:
             return self._open(device, nic, now_ns)  # too little read: unknown, nothing changes
-        was = bool(nic.stretched_since), bool(nic.stopped_since)
+        was = self._states(nic)
         self._judge_stop(nic, series, dt_s, now_ns)
         if not nic.stopped_since:
             self._judge_period(nic, series, dt_s, now_ns)
-        out = self._open(device, nic, now_ns)
-        for (before, what), now in zip(
-            ((was[0], "stretched"), (was[1], "stopped")),
-            (nic.stretched_since, nic.stopped_since),
-            strict=True,
-        ):
-            if before and not now:
-                out.append(self._symptom(device, nic, now_ns, now_ns, False, what))
-        return out
+        cleared = was - self._states(nic)
+        return self._open(device, nic, now_ns) + [
+            self._symptom(device, nic, now_ns, now_ns, False, what) for what in sorted(cleared)
+        ]
+
+    @staticmethod
+    def _states(nic: _Nic) -> set[str]:
+        """The NIC's open findings, by name."""
+        open_since = (("stretched", nic.stretched_since), ("stopped", nic.stopped_since))
+        return {what for what, since in open_since if since}
 
     def _judge_stop(self, nic: _Nic, series: np.ndarray, dt_s: float, now_ns: int) -> None:
         c = self.config
