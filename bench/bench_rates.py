@@ -6,7 +6,8 @@ would see them. Also reports the full stage-1 (rates + detectors) on the same in
 at a time (``decode_stage1``) and in batches as the workers run it (``stage1_nic_batch``,
 ``stage1_switch_batch``: ``Stage1Worker.process``, from message bytes to encoded output messages;
 ``stage1_switch_marking_batch``: the same switches marking and pausing a little on every queue,
-which every switch detector must then read). ``stage1_nic_rhythm_*``: the NIC path with and
+which every switch detector must then read). ``switch_windows_*``: the capacity and microburst
+detectors' share of a switch poll, quiet and marking. ``stage1_nic_rhythm_*``: the NIC path with and
 without the rhythm detector, on steady traffic and on a job stepping every 6 s, 8 minutes of it
 (the detector judges every 30 s and reads every poll).
 
@@ -26,6 +27,7 @@ from fabricwatch.blas_threads import limit_blas_threads
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.rates import RateEngine
 from fabricwatch.detectors.registry import DETECTORS, Registry
+from fabricwatch.detectors.spec import Poll
 from fabricwatch.detectors.stage1 import Stage1
 from fabricwatch.schemas.messages import CounterSpec, Snapshot, decode, encode
 from fabricwatch.streams.stages import Stage1Worker
@@ -203,6 +205,36 @@ def measure_rhythm(label: str, messages: list[bytes], seconds: float, batch: int
     ]
 
 
+def measure_windows(label: str, messages: list[bytes], seconds: float) -> dict:
+    """The capacity and microburst detectors on a 64-port switch's polls as stage 1 drives them
+    (every poll recorded, asked what they say when due): their share of a switch poll, the least
+    disturbed of the runs. A quiet switch marks nothing, and the microburst detector only counts
+    its polls as read."""
+    stage = Stage1(DetectorConfig())
+    polls = []
+    for snap in (decode(m, Snapshot) for m in messages):
+        line, known = stage.fabric.speeds(snap.device, snap.ports)
+        if (frame := stage.rates.update(snap, known)) is not None:
+            polls.append(Poll(frame, line, stage.fabric))
+    windowed = [d for d in DETECTORS if d.name in ("capacity", "microbursts")]
+    spent: list[float] = []
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds or len(spent) < 3:
+        detectors = [d.make(stage.config) for d in windowed]  # type: ignore[misc]
+        began = time.perf_counter()
+        for poll in polls:
+            for d in detectors:
+                d.record(poll)
+                if d.due(poll.frame.device, poll.frame.ts_ns):
+                    d.update(poll)
+        spent.append((time.perf_counter() - began) / len(polls))
+    return {
+        "bench": f"switch_windows_{label}",
+        "runs": len(spent),
+        "us_per_poll_best": round(min(spent) * 1e6, 1),
+    }
+
+
 def main() -> None:
     limit_blas_threads()  # as the workers run
     parser = argparse.ArgumentParser()
@@ -222,6 +254,8 @@ def main() -> None:
         print(json.dumps(measure_batch(short, msgs, args.seconds, args.batch)), flush=True)
     marking = encoded_series("switch", 8, 20, 64, sw, marking=True)
     print(json.dumps(measure_batch("switch_marking", marking, args.seconds, args.batch)), flush=True)
+    for label, series in (("quiet", cases[0][1]), ("marking", marking)):
+        print(json.dumps(measure_windows(label, series, args.seconds)), flush=True)
     for label, period in (("steady", 0), ("stepping", 6)):  # 8 minutes at 1 s polls
         msgs = encoded_series("nic", args.rhythm_nics, 480, 1, nic, period=period)
         for line in measure_rhythm(label, msgs, args.seconds, args.batch):

@@ -59,18 +59,18 @@ class Capacity(DeviceWindows[_Window]):
         super().__init__(_Window, config.window_s, config.bucket_s)
         self.config = config
 
-    def update(self, poll: Poll) -> list[Symptom]:
+    def record(self, poll: Poll) -> None:
+        """Add the poll's utilisation to the current bucket, judging the window when one closes."""
         frame = poll.frame
         rx, tx = frame.port("rx_bytes"), frame.port("tx_bytes")
         if rx is None and tx is None:
-            return []
+            return
         busiest = np.fmax(rx, tx) if rx is not None and tx is not None else (rx if rx is not None else tx)
         w = self._window(frame.device, tuple(frame.ports), poll)
         util = np.concatenate([busiest / poll.line_Bps, _group_util(w.members, tx, poll.line_Bps)])
         bucket = frame.ts_ns // self._bucket_ns
-        cleared = np.zeros(len(w.rows), dtype=bool)
         if bucket > w.bucket:
-            cleared = self._judge(w, frame.ts_ns, frame.dt_s)
+            self._judged(frame.device, self._judge(w, frame.ts_ns, frame.dt_s))
             self._advance(w, bucket)
         known = np.isfinite(util)
         i = w.bucket % self._buckets
@@ -78,7 +78,6 @@ class Capacity(DeviceWindows[_Window]):
         w.counts[:, i] += known
         w.peaks[:, i] += known & (util >= self.config.peak)
         w.polls_s[i] += frame.dt_s
-        return self._symptoms(frame.device, frame.ts_ns, w, cleared)
 
     def _window(self, device: str, ports: tuple[str, ...], poll: Poll) -> _Window:
         w = self._devices.get(device)
@@ -210,4 +209,6 @@ DETECTOR = Detector(
     device_kinds=frozenset({"switch"}),
     make=lambda config: Capacity(config.capacity),
     config=("capacity", CapacityConfig),
+    paced=True,
+    records=True,
 )

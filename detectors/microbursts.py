@@ -45,6 +45,7 @@ from fabricwatch.schemas.bursts import MicroburstConfig
 from fabricwatch.schemas.messages import RootCause, Symptom
 
 _NS = 1_000_000_000
+MARKS = frozenset({"queue_ecn_marked_packets"})
 
 
 @dataclass
@@ -75,13 +76,43 @@ class Microbursts(DeviceWindows[_Window]):
         self.config = config
         self.incast = incast
 
-    def update(self, poll: Poll) -> list[Symptom]:
+    def record(self, poll: Poll) -> None:
+        """Count the poll's bursts per queue into the current bucket, judging the window when one
+        closes. A poll in which the switch marked nothing had no burst that cost (``MARKS``): it
+        only counts as read, at the cost of the marks' lookup."""
         frame = poll.frame
         watermark, queues = frame.indexed("queue_watermark_bytes")
         tx = frame.port("tx_bytes")
         if queues.size == 0 or tx is None:
-            return []
+            return
         marks = frame.aligned("queue_ecn_marked_packets", queues)
+        if marks is not None and not frame.any_above_zero(MARKS):
+            burst = None
+            known = ~np.isnan(marks) & ~np.isnan(tx)[:, None]
+        else:
+            burst, known = self._bursts(poll, watermark, queues, marks, tx)
+        w = self._window(frame.device, tuple(frame.ports), queues, frame.ts_ns)
+        bucket = frame.ts_ns // self._bucket_ns
+        if bucket > w.bucket:
+            self._judged(frame.device, self._judge(w, frame.ts_ns, frame.dt_s))
+            self._advance(w, bucket)
+        i = w.bucket % self._buckets
+        w.polls[..., i] += known
+        w.polls_s[i] += frame.dt_s
+        if burst is None:
+            return
+        w.bursts[..., i] += burst & known
+        if marks is not None:
+            w.marks[..., i] += np.where(burst & known, np.nan_to_num(marks) * frame.dt_s, 0.0)
+        w.peak[..., i] = np.fmax(w.peak[..., i], np.where(burst, watermark, np.nan))
+        began = float(frame.ts_ns - int(frame.dt_s * _NS))
+        w.first_ns[..., i] = np.fmin(w.first_ns[..., i], np.where(burst & known, began, np.nan))
+
+    def _bursts(
+        self, poll: Poll, watermark: np.ndarray, queues: np.ndarray, marks: np.ndarray | None, tx: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per (port, queue): whether the poll had a burst, and whether it could be read at all."""
+        frame = poll.frame
         occupancy = frame.aligned("queue_occupancy_bytes", queues)
         band = EcnBand.of(
             self.incast, poll.fabric.ecn_curve(frame.device, frame.ports, queues), watermark.shape
@@ -97,24 +128,7 @@ class Microbursts(DeviceWindows[_Window]):
             burst &= self.config.drained(occupancy, watermark, kmin)
         else:
             burst &= ~self._stood(frame, marks, queues, watermark, band)
-        known = read & ~np.isnan(tx)[:, None]
-
-        w = self._window(frame.device, tuple(frame.ports), queues, frame.ts_ns)
-        bucket = frame.ts_ns // self._bucket_ns
-        cleared = np.zeros(w.active.shape, dtype=bool)
-        if bucket > w.bucket:
-            cleared = self._judge(w, frame.ts_ns, frame.dt_s)
-            self._advance(w, bucket)
-        i = w.bucket % self._buckets
-        w.polls[..., i] += known
-        w.bursts[..., i] += burst & known
-        if marks is not None:
-            w.marks[..., i] += np.where(burst & known, np.nan_to_num(marks) * frame.dt_s, 0.0)
-        w.peak[..., i] = np.fmax(w.peak[..., i], np.where(burst, watermark, np.nan))
-        began = float(frame.ts_ns - int(frame.dt_s * _NS))
-        w.first_ns[..., i] = np.fmin(w.first_ns[..., i], np.where(burst & known, began, np.nan))
-        w.polls_s[i] += frame.dt_s
-        return self._symptoms(frame.device, frame.ts_ns, w, cleared)
+        return burst, read & ~np.isnan(tx)[:, None]
 
     def _stood(
         self,
@@ -287,4 +301,6 @@ DETECTOR = Detector(
     device_kinds=frozenset({"switch"}),
     make=lambda config: Microbursts(config.microbursts, config.incast),
     config=("microbursts", MicroburstConfig),
+    paced=True,
+    records=True,
 )

@@ -72,7 +72,7 @@ class PacedDetector(DeviceDetector, Protocol):
 
 
 class Recorder(PacedDetector, Protocol):
-    def record(self, frame: RateFrame) -> None:
+    def record(self, poll: Poll) -> None:
         """Take note of one poll's rates, calm or not."""
         ...
 

@@ -71,7 +71,7 @@ class Stage1:
         frame = self.rates.update(snap, known)
         if frame is None or after_dark:
             return frame, []
-        self._record(frame)
+        self._record(frame, line)
         return frame, self._detect(frame, line)
 
     def process_batch(
@@ -87,16 +87,19 @@ class Stage1:
             if frame is None or i in after_dark:
                 out.append((frame, []))
                 continue
-            self._record(frame)
+            self._record(frame, line)
             if i in calm and frame.device not in self._open:  # open: as left
                 out.append((frame, self._check_paced(frame, line)))
             else:
                 out.append((frame, self._detect(frame, line)))
         return out
 
-    def _record(self, frame: RateFrame) -> None:
-        for recorder in self._recorders.get(frame.device_kind, ()):
-            recorder.record(frame)
+    def _record(self, frame: RateFrame, line: np.ndarray) -> None:
+        recorders = self._recorders.get(frame.device_kind)
+        if recorders:
+            poll = Poll(frame, line, self.fabric)
+            for recorder in recorders:
+                recorder.record(poll)
 
     def _detect(self, frame: RateFrame, line: np.ndarray) -> list[Symptom]:
         poll = Poll(frame, line, self.fabric)
@@ -158,7 +161,12 @@ class Stage1:
         return refused
 
     def forget(self, devices: Sequence[str], now_ns: int) -> list[Symptom]:
-        """The watches' clears for devices another worker reads now."""
+        """The watches' clears for devices another worker reads now. Their windows go too: the
+        other worker keeps them, and should a device come back, the windows it is given then
+        (``restore_windows``) are newer than any kept here."""
+        for detector in self._windowed.values():
+            for device in devices:
+                detector.drop_window(device)
         return [s for w in self._watches for s in w.forget(devices, now_ns)]
 
     def _seen(self, snaps: Sequence[Snapshot], sources: Sequence[str]) -> set[int]:

@@ -57,7 +57,6 @@ import numpy as np
 from fabricwatch.detectors.evidence import evidence, seen_now
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.paced import Pacer
-from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.detectors.rhythm import (
     SHARE,
     correlation_at,
@@ -151,9 +150,13 @@ class TrafficRhythm(Pacer):
     def restore_window(self, device: str, state: bytes) -> None:
         self._nics[device] = unpack(_Nic, state, window_s=self.config.window_s)
 
-    def record(self, frame: RateFrame) -> None:
+    def drop_window(self, device: str) -> None:
+        self._nics.pop(device, None)
+
+    def record(self, poll: Poll) -> None:
         """Note the NIC's bytes sent and received this poll (NaN: none read). Every poll of every
         NIC comes here, so it is a few scalar operations, not a detector's pass."""
+        frame = poll.frame
         tx, rx = frame.layout.col("tx_bytes"), frame.layout.col("rx_bytes")
         values = frame.values
         if values.shape[0] == 1 and tx is not None and rx is not None:  # a NIC: two scalars

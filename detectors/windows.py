@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import msgspec
 import numpy as np
 
+if TYPE_CHECKING:
+    from fabricwatch.detectors.spec import Poll
+    from fabricwatch.schemas.messages import Symptom
+
 _T = TypeVar("_T")
 _W = TypeVar("_W")
 _ARRAY = "__ndarray__"
+SAY_AGAIN_S = 10.0
+"""How often a windowed detector says its open findings again between judgments."""
 
 
 class WindowError(ValueError):
@@ -29,7 +35,14 @@ class WindowError(ValueError):
 class DeviceWindows(Generic[_W]):
     """What the capacity and microburst detectors share: per device a window of ``window_s`` kept
     as ``bucket_s`` sums (a dataclass of ``window_cls`` with an ``active`` array: the rows whose
-    finding is open), and the window's move to another worker (``WindowedDetector``)."""
+    finding is open), and the window's move to another worker (``WindowedDetector``).
+
+    Each is a paced recorder (``spec.Recorder``): every poll of its devices, calm or not, goes to
+    ``record`` (a few array additions into the current bucket, judging the window when a bucket
+    closes: ``_judged``), and ``update`` is asked only when the device is due: a judgment not said
+    yet, or open findings not said for ``every_s`` (stage 2 forgets a symptom not said again within
+    ``incidents.unrefreshed_s``), not at every poll: a capacity finding can stay open for hours on
+    many links."""
 
     def __init__(self, window_cls: type[_W], window_s: float, bucket_s: float) -> None:
         self._window_cls = window_cls
@@ -37,19 +50,70 @@ class DeviceWindows(Generic[_W]):
         self._buckets = max(1, round(window_s / bucket_s))
         self._bucket_ns = int(bucket_s * 1_000_000_000)
         self._devices: dict[str, _W] = {}
+        self.every_s = min(SAY_AGAIN_S, bucket_s)
+        self._every_ns = int(self.every_s * 1_000_000_000)
+        self._cleared: dict[str, np.ndarray] = {}
+        """Per device judged since it was last said: the rows that cleared in the judgments."""
+        self._said_ns: dict[str, int] = {}
 
     def open(self, device: str) -> bool:
         w = self._devices.get(device)
         return bool(w is not None and w.active.any())  # type: ignore[attr-defined]
+
+    def due(self, device: str, ts_ns: int) -> bool:
+        if device in self._cleared:
+            return True
+        return self.open(device) and ts_ns >= self._said_ns.get(device, 0) + self._every_ns
+
+    def next_due_ns(self, device: str) -> int | None:
+        """The next bucket's close, or sooner: a judgment not said yet, open findings to say again."""
+        w = self._devices.get(device)
+        if w is None:
+            return None
+        if device in self._cleared:
+            return 0
+        closes = (w.bucket + 1) * self._bucket_ns  # type: ignore[attr-defined]
+        if self.open(device):
+            return min(closes, self._said_ns.get(device, 0) + self._every_ns)
+        return closes
+
+    def update(self, poll: Poll) -> list[Symptom]:
+        """The device's open findings, and those that cleared since it was last said."""
+        device, ts_ns = poll.frame.device, poll.frame.ts_ns
+        w = self._devices.get(device)
+        if w is None:
+            return []
+        cleared = self._cleared.pop(device, None)
+        if cleared is None or cleared.shape != w.active.shape:  # type: ignore[attr-defined]
+            cleared = np.zeros(w.active.shape, dtype=bool)  # type: ignore[attr-defined]
+        self._said_ns[device] = ts_ns
+        return self._symptoms(device, ts_ns, w, cleared)
+
+    def _judged(self, device: str, cleared: np.ndarray) -> None:
+        """A bucket closed and the window was judged: say it at the next ``update``."""
+        before = self._cleared.get(device)
+        same = before is not None and before.shape == cleared.shape
+        self._cleared[device] = before | cleared if same else cleared  # type: ignore[operator]
+
+    def _symptoms(self, device: str, ts_ns: int, w: _W, cleared: np.ndarray) -> list[Symptom]:
+        """The symptoms of the rows open in ``w``, and of the rows ``cleared``."""
+        raise NotImplementedError
 
     def window_state(self, device: str) -> bytes | None:
         w = self._devices.get(device)
         return None if w is None else pack(w, bucket_s=self._bucket_s, buckets=self._buckets)
 
     def restore_window(self, device: str, state: bytes) -> None:
+        """Its open findings are said at the device's first poll here."""
         self._devices[device] = unpack(
             self._window_cls, state, bucket_s=self._bucket_s, buckets=self._buckets
         )
+        self._said_ns.pop(device, None)
+
+    def drop_window(self, device: str) -> None:
+        self._devices.pop(device, None)
+        self._cleared.pop(device, None)
+        self._said_ns.pop(device, None)
 
 
 def window_delay(section: str) -> Any:
@@ -70,6 +134,9 @@ class WindowedDetector(Protocol):
 
     def restore_window(self, device: str, state: bytes) -> None:
         """Take the device's window; raise ``WindowError`` if it is not one this detector keeps."""
+
+    def drop_window(self, device: str) -> None:
+        """Forget the device's window: another worker reads the device now, and keeps it."""
 
 
 def pack(window: Any, **settings: float) -> bytes:

@@ -19,6 +19,7 @@ neither skips nor re-reads the topic.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from fabricwatch.schemas import topics
 from fabricwatch.streams.kafka_io import log_ends_aio, placed
+from fabricwatch.streams.window_keeper import WindowKeeper
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -64,11 +66,13 @@ def wire(w: Worker, client_kwargs: dict[str, Any]) -> None:
             max_partition_fetch_bytes=opts.max_message_bytes + 1024 * 1024,
             **opts.group_timeouts(),
         )
-        offsets = _Offsets(w, consumer, client_kwargs)
+        windows = WindowKeeper(w, client_kwargs)
+        offsets = _Offsets(w, consumer, client_kwargs, windows)
         await consumer.start()
         w.stage1_consumer = consumer
         started.set()
         consumer.subscribe([topics.COUNTERS], listener=offsets)
+        saves = asyncio.create_task(windows.run_saves(consumer))
         try:
             while True:
                 assignment = offsets.assignment
@@ -77,6 +81,10 @@ def wire(w: Worker, client_kwargs: dict[str, Any]) -> None:
                     await _process(w, batch, offsets, assignment)
                 await offsets.commit_due()
         finally:
+            saves.cancel()
+            await offsets.stop_restoring()
+            await windows.save(consumer.assignment())  # the next owner's windows as this one leaves them
+            await windows.close()
             await offsets.commit()
             await consumer.stop()
 
@@ -146,10 +154,16 @@ class _Offsets(ConsumerRebalanceListener):
     skipped (seen: the first polls of a PFC storm lost, the storm rooted at the leaves). The next
     owner reads again what came after the last periodic commit, at most ``COMMIT_INTERVAL_S``."""
 
-    def __init__(self, w: Worker, consumer: AIOKafkaConsumer, client_kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self, w: Worker, consumer: AIOKafkaConsumer, client_kwargs: dict[str, Any], windows: WindowKeeper
+    ) -> None:
         self._w = w
         self._consumer = consumer
         self._client_kwargs = client_kwargs
+        self._windows = windows
+        self._owned: set[TopicPartition] = set()
+        """The partitions of the last assignment: a rebalance gives them again with the new ones."""
+        self._restoring: asyncio.Task[None] | None = None
         self._committed: dict[TopicPartition, int] = {}
         self._last = time.monotonic()
         self.assignment = 0
@@ -186,7 +200,19 @@ class _Offsets(ConsumerRebalanceListener):
         has no public accessor for the generation."""
         return self._consumer._coordinator.generation >= 0
 
+    async def stop_restoring(self) -> None:
+        """Cancel a restore under way; its partitions are resumed before this returns, never after
+        the next assignment paused them again."""
+        if self._restoring is not None:
+            self._restoring.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._restoring
+            self._restoring = None
+
     async def on_partitions_revoked(self, revoked: Any) -> None:
+        """The windows of what is taken are saved for its next owner (bounded: ``SAVE_TIMEOUT_S``)."""
+        await self.stop_restoring()
+        await self._windows.save(revoked)
         async with self._w.stage1_lock:  # the batch in hand is finished first
             self.assignment += 1
             for tp in revoked:
@@ -194,8 +220,12 @@ class _Offsets(ConsumerRebalanceListener):
                 self._committed.pop(tp, None)
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
-        """Start each new partition where this group, or else an earlier build, left it."""
-        async with placed(self._consumer, assigned):
+        """Start each new partition where this group, or else an earlier build, left it, and hold
+        the partitions this worker did not read back until their windows are read (``restore``)."""
+        new = set(assigned) - self._owned
+        self._owned = set(assigned)
+        self._consumer.pause(*new)
+        async with placed(self._consumer, set(assigned) - new):
             self._w.progress.joined.add("stage1")
             async with self._w.stage1_lock:  # devices now read elsewhere are no longer timed here
                 self._w.stage1.keep_sources({f"{tp.topic}/{tp.partition}" for tp in assigned})
@@ -203,6 +233,8 @@ class _Offsets(ConsumerRebalanceListener):
             for tp, offset in (await self._earlier_build(fresh)).items():
                 log.info("stage 1 starts %s/%d at offset %d, committed by an earlier build", *tp, offset)
                 self._consumer.seek(tp, offset)
+        if new:
+            self._restoring = asyncio.create_task(self._windows.restore(self._consumer, new))
 
     async def _earlier_build(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         """Offsets the Faust group committed for ``tps``, where earlier builds read counters."""

@@ -1,20 +1,26 @@
 """Stage 1's detector windows on ``fabric.state``: saved for the devices a worker reads, taken up by
 the worker that reads them next.
 
-The capacity and microburst detectors judge a device over minutes (``detectors/windows.py``). A
-worker that takes a partition over, after a restart or a rebalance, would start their windows from
-nothing: unable to judge for half a window, and the findings open on the partition's devices would
-resolve and fire again. So every ``window_save_s`` and when it stops, a worker sends each of its
-devices' windows to ``fabric.state``, keyed by device, in the partition number of the device's
-``fabric.counters`` partition; and when it is given a counters partition, it reads the same state
-partition back over ``LOOKBACK_SAVES`` save intervals and takes the newest windows of each device
-it keeps none for yet. A window older than that is not taken: its device went unread for longer
-than it is worth. At least once, as the offsets: a worker that dies loses what its windows gained
-since their last save, and the polls after its last commit are counted again by the next.
+The capacity, microburst and rhythm detectors judge a device over minutes (``detectors/windows.py``).
+A worker that takes a partition over, after a restart or a rebalance, would start their windows
+from nothing: unable to judge for half a window, and the findings open on the partition's devices
+would resolve and fire again. So every ``window_save_s``, when partitions are taken from it and when
+it stops, a worker sends each of its devices' windows to ``fabric.state``, keyed by device, in the
+partition number of the device's ``fabric.counters`` partition; and when it is given a counters
+partition it did not read, it reads the same state partition back over ``LOOKBACK_SAVES`` save
+intervals and takes the newest windows of each device. A window older than that is not taken: its
+device went unread for longer than it is worth. At least once, as the offsets: a worker that dies
+loses what its windows gained since their last save, and the polls after its last commit are
+counted again by the next.
 
-Not wired into ``stage1_agent`` yet: called from the rebalance callbacks (save on revoke, load on
-assignment), it slowed every rebalance until a streaming test that adds and removes workers lost
-incidents. The load has to move off the rebalance path first (``docs/streaming.md``).
+Off the rebalance path (``stage1_agent``): a first wiring read the windows back inside the
+listener, and every rebalance waited on a consumer of its own; a streaming test that adds and
+removes workers lost incidents. Now the listener only holds the new partitions back (paused) and
+``restore`` reads in a task of its own, resuming them once their windows are in (or
+``LOAD_TIMEOUT_S`` passed): the partitions kept read on meanwhile, and no poll of a new one is
+judged before its windows are back. The periodic save runs in a task too; only the save of the
+partitions a rebalance takes waits in the listener, bounded by ``SAVE_TIMEOUT_S``, so that the
+next owner finds them.
 """
 
 from __future__ import annotations
@@ -63,9 +69,22 @@ class WindowKeeper:
             await self._producer.stop()
             self._producer = None
 
-    async def save_due(self, owned: Iterable[TopicPartition]) -> None:
-        if time.monotonic() - self._last >= self._w.opts.window_save_s:
-            await self.save(owned)
+    async def run_saves(self, consumer: AIOKafkaConsumer) -> None:
+        """Save the windows of the partitions ``consumer`` reads every ``window_save_s``, beside
+        the reading (a task of its own: only taking the windows holds stage 1, never the send)."""
+        while True:
+            await asyncio.sleep(max(0.0, self._last + self._w.opts.window_save_s - time.monotonic()))
+            if time.monotonic() - self._last >= self._w.opts.window_save_s:
+                await self.save(consumer.assignment())
+
+    async def restore(self, consumer: AIOKafkaConsumer, tps: Iterable[TopicPartition]) -> None:
+        """Take the windows of newly assigned ``tps``, which the caller paused, then let
+        ``consumer`` read them (those it still reads: a rebalance may have taken some since)."""
+        tps = list(tps)
+        try:
+            await self.load(tps)
+        finally:
+            consumer.resume(*(set(tps) & consumer.assignment()))
 
     async def save(self, owned: Iterable[TopicPartition]) -> None:
         """Send the windows of every device read from the ``owned`` counters partitions, within

@@ -5,6 +5,7 @@ a link in the band with short peaks, and a link nothing is known of, are not."""
 from __future__ import annotations
 
 import numpy as np
+from helpers.recorders import as_stage1_runs
 
 from fabricwatch.detectors.capacity import Capacity, CapacityConfig
 from fabricwatch.detectors.fabric import FabricMap
@@ -45,7 +46,7 @@ def run(minutes: float, util_at, start_s: float = 0.0, detector: Capacity | None
         tx = np.array(util_at(t, n), dtype=float) * LINE
         values = np.stack([tx, tx * 0.1], axis=1)
         frame = RateFrame("leaf00", "switch", T0 + int(t * NS), 1.0, PORTS, Layout.of(SPECS), values)
-        said += detector.update(Poll(frame, np.full(len(PORTS), LINE), fab))
+        said += as_stage1_runs(detector, Poll(frame, np.full(len(PORTS), LINE), fab))
     return detector, said
 
 

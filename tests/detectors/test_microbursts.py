@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers import small_fabric
+from helpers.recorders import as_stage1_runs
 
 from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.incast import IncastConfig
@@ -43,7 +44,7 @@ def run(seconds: int, rows_at, start_s: int = 0, detector: Microbursts | None = 
     for t in range(start_s, start_s + seconds):
         values = np.array(rows_at(t), dtype=float) * [LINE, 1, 1, 1]
         frame = RateFrame("leaf00", "switch", T0 + t * NS, 1.0, PORTS, Layout.of(SPECS), values)
-        said += detector.update(Poll(frame, np.full(len(PORTS), LINE), fab))
+        said += as_stage1_runs(detector, Poll(frame, np.full(len(PORTS), LINE), fab))
     return detector, said
 
 
@@ -148,7 +149,7 @@ def test_without_a_depth_gauge_a_queue_that_marks_all_poll_long_stood_and_did_no
             ]
         )
         frame = RateFrame("spine00", "switch", T0 + t * NS, 1.0, PORTS[:2], Layout.of(specs), values)
-        said += detector.update(Poll(frame, np.full(2, LINE), fab))
+        said += as_stage1_runs(detector, Poll(frame, np.full(2, LINE), fab))
     assert {s.port for s in said} == {"Ethernet8"}
 
 

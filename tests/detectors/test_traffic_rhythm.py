@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers import zhejiang
+from helpers.recorders import as_stage1_runs
 
 from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.pipeline import Pipeline
@@ -45,9 +46,7 @@ def run_from(rates: np.ndarray, start_s: int, detector: TrafficRhythm) -> list[S
     for t, rate in enumerate(rates[start_s:], start=start_s):
         values = np.array([[rate / 2, rate / 2]])
         frame = RateFrame("h001/mlx5_0", "nic", T0 + t * NS, 1.0, ["1"], Layout.of(SPECS), values)
-        detector.record(frame)
-        if detector.due(frame.device, frame.ts_ns):
-            said += detector.update(Poll(frame, np.array([5e10]), fab))
+        said += as_stage1_runs(detector, Poll(frame, np.array([5e10]), fab))
     return said
 
 

@@ -1,18 +1,23 @@
 """Issue 36: the capacity and microburst windows survive a worker's restart. A worker saves its
 devices' windows to ``fabric.state`` on a real broker (Tansu); the worker given their partitions
-next takes them back and judges from the next poll as the one that never stopped would."""
+next takes them back and judges from the next poll as the one that never stopped would: the keeper
+alone, and wired into worker processes restarted mid-stream."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import zlib
 
 import faust
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
+from helpers.streaming import SESSION_TIMEOUT_S, Collector, anomalies_in
+from helpers.waiting import wait_for
 
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.local.workers import WorkerProcess
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import SymptomBatch, Topology, decode
 from fabricwatch.schemas.trace import TraceReader
@@ -20,6 +25,7 @@ from fabricwatch.streams.faust_app import _aiokafka_kwargs
 from fabricwatch.streams.health import Progress
 from fabricwatch.streams.kafka_io import ensure_topics
 from fabricwatch.streams.stages import Stage1Worker, Stage2Worker
+from fabricwatch.streams.traces import publish_trace
 from fabricwatch.streams.window_keeper import WindowKeeper
 from fabricwatch.streams.worker_context import Worker, WorkerOptions
 
@@ -75,6 +81,52 @@ def test_a_worker_that_takes_the_devices_over_judges_as_the_one_that_never_stopp
         assert g.evidence.get("mean_util") == pytest.approx(e.evidence.get("mean_util"), abs=0.01)
     alone = _worker(broker, topology)  # what the taking-over worker would say without the windows
     assert [s for s in _feed(alone, after) if s.ts_ns > second][:10] != expected[:10]
+
+
+@pytest.mark.processes
+def test_a_worker_restarted_mid_stream_keeps_its_findings_open(broker, tmp_path):
+    """A worker stopped (SIGTERM) while its capacity and microburst findings are open, and another
+    started in its place while the fabric streams in: the findings stay one incident each, open to
+    the trace's end. Without the windows, the new worker cannot judge for half a window, and the hot
+    links' findings resolved in it while the links were still hot."""
+    path = tmp_path / "windows.yaml"
+    path.write_text(SCENARIO)
+    simulate(load_scenario(path), tmp_path / "trace")
+    _, polls = _read(tmp_path / "trace")
+    end_ns = polls[-1][0]
+    ensure_topics(broker)
+    out, rates = Collector(broker, topics.ANOMALIES), Collector(broker, topics.RATES)
+    first = WorkerProcess(broker.bootstrap, tmp_path / "first.log", SESSION_TIMEOUT_S)
+    second = None
+    feeder = threading.Thread(target=publish_trace, args=(tmp_path / "trace", broker, 4.0))
+    try:
+        first.wait_ready()
+        feeder.start()
+        assert wait_for(lambda: {"capacity", "microbursts"} <= _kinds(out), 120), _kinds(out)
+        assert first.stop() == 0, first.log_path.read_text()[-2000:]
+        second = WorkerProcess(broker.bootstrap, tmp_path / "second.log", SESSION_TIMEOUT_S)
+        second.wait_ready()
+        feeder.join()
+        assert wait_for(lambda: max((r.ts_ns for r in rates.rates()), default=0) >= end_ns, 60)
+        assert out.caught_up()
+    finally:
+        rates.stop()
+        feeder.join()
+        if second is not None:
+            second.stop()
+        first.stop()
+    events = [a for a in anomalies_in(out.stop()) if a.kind in ("capacity", "microbursts")]
+    by_root: dict[tuple[str, str, str | None], set[str]] = {}
+    for a in events:
+        by_root.setdefault((a.kind, a.root.device, a.root.port), set()).add(a.fingerprint)
+    assert by_root[("capacity", "leaf00", "Ethernet0")] and by_root[("microbursts", "leaf00", "Ethernet48")]
+    assert all(len(fps) == 1 for fps in by_root.values()), by_root  # none fired twice
+    assert not [a for a in events if a.status == "resolved" and a.ts_ns < end_ns], "resolved mid-stream"
+    assert "took the windows of" in second.log_path.read_text()
+
+
+def _kinds(out: Collector) -> set[str]:
+    return {a.kind for a in anomalies_in(list(out.records)) if a.status == "firing"}
 
 
 async def _hand_over(broker, first: Worker, taking_over: Worker) -> None:
