@@ -18,9 +18,11 @@ alert carries an ``effects`` annotation, each open effect's summary ("llm-a AllR
 bandwidth 5.6 GB/s, 67% below its 16.9 GB/s"), so one page says what the fault costs the jobs.
 
 Two choices differ from Alertmanager, both so that a receiver never keeps an alert open forever:
-an alert's groups are fixed when it first fires (a label change updates it in place rather than
-moving it), and the end of an alert the receiver was told of is always sent, even when a silence
-or an inhibition now mutes that alert.
+an alert's groups are fixed once a receiver was told of it (a label change updates it in place
+rather than moving it), and the end of an alert the receiver was told of is always sent, even when
+a silence or an inhibition now mutes that alert. Until a receiver is told, a label change that
+routes the alert elsewhere moves it: an incident said a finding within its group's wait (a link
+down whose other end says it was taken down on purpose) is never paged.
 """
 
 from __future__ import annotations
@@ -111,12 +113,15 @@ class Alerter:
         routes = self._routes.get(fp)
         held = 0
         if routes is None:
-            routes = self._routes[fp] = [
-                (_group_key(r, alert), r) for r in self.config.route.match(alert.labels)
-            ]
+            routes = self._routes[fp] = self._route(alert)
             if token is not None:
                 self._opened_by[fp] = token
                 held = 1
+        elif not self._told(fp, routes) and _keys(moved := self._route(alert)) != _keys(routes):
+            for gk, _ in routes:  # its events there release their tokens at the group's flush
+                if gk in self._groups:
+                    self._groups[gk].alerts.pop(fp, None)
+            routes = self._routes[fp] = moved
         for gk, route in routes:
             group = self._groups.get(gk)
             if group is None:
@@ -131,6 +136,14 @@ class Alerter:
                 self._schedule(group, now)
         self._index_sources(anomaly, alert)
         return len(routes) + held
+
+    def _route(self, alert: Alert) -> list[tuple[str, Route]]:
+        return [(_group_key(r, alert), r) for r in self.config.route.match(alert.labels)]
+
+    def _told(self, fp: str, routes: list[tuple[str, Route]]) -> bool:
+        """Whether a receiver of the alert's groups was told of it (firing or ended)."""
+        entries = (self._log.get(gk) for gk, _ in routes)
+        return any(e is not None and (fp in e.firing_fingerprints() or fp in e.resolved) for e in entries)
 
     def advance(self, now: float) -> Step:
         """Flush every group whose timer fell due up to ``now``, each at its own due time."""
@@ -292,6 +305,10 @@ class Alerter:
             self._status.pop(fp, None)
             if fp in self._opened_by:
                 step.released.append(self._opened_by.pop(fp))
+
+
+def _keys(routes: list[tuple[str, Route]]) -> list[str]:
+    return [gk for gk, _ in routes]
 
 
 def _firing_key(alert: Alert) -> FiringKey:

@@ -46,6 +46,13 @@ def anomaly(fp: str, kind: str = "incast", status: str = "firing", at: float = T
     return Anomaly(**fields)
 
 
+RECEIVERS = [
+    {"name": "ops", "url": "http://127.0.0.1:9/a"},
+    {"name": "pager", "url": "http://127.0.0.1:9/b"},
+    {"name": "chat", "url": "http://127.0.0.1:9/c"},
+]
+
+
 def config(route: dict | None = None, **extra: object):
     section = {
         "receivers": [
@@ -658,3 +665,23 @@ def test_an_event_repeating_an_alert_s_status_changes_nothing_and_is_counted():
     fire(al, anomaly("a", status="resolved", at=T0 + 400), T0 + 400)
     assert al.repeats == 1  # a change of status is news
     assert states(first) == [("a", "firing")]
+
+
+def test_an_incident_said_a_finding_before_any_receiver_was_told_moves_and_is_never_paged():
+    """A link down whose far end was read first fires as an incident; a poll later its other end
+    says it was taken down on purpose, and it is said as a finding. Within the group's wait nobody
+    was told of it: it moves to the findings' route, and the pager never hears of it. Once a
+    receiver was told, a change updates the alert in place (it would otherwise stay open there)."""
+    routes = {**ROUTES, "group_wait": "30s"}
+    root = RootCause("leaf-d", "Ethernet8")
+    down = anomaly("d", kind="link_down", severity="critical", root=root)
+    planned = anomaly("d", kind="link_down", severity="info", finding=True, root=root)
+    al = Alerter(config(routes, findings_receiver="chat", receivers=RECEIVERS))
+    assert fire(al, down, T0) == [] and fire(al, planned, T0 + 1) == []
+    sent = al.advance(T0 + 400).notifications  # the findings' digest waits 5 minutes
+    assert [(n.receiver, [a.labels["class"] for a in n.alerts]) for n in sent] == [("chat", ["finding"])]
+    told = Alerter(config(routes, findings_receiver="chat", receivers=RECEIVERS))
+    paged = fire(told, down, T0) + told.advance(T0 + 31).notifications
+    assert [n.receiver for n in paged] == ["pager"]
+    fire(told, planned, T0 + 32)
+    assert {n.group_key for n in told.advance(T0 + 400).notifications} == {n.group_key for n in paged}
