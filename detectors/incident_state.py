@@ -36,6 +36,10 @@ class Incident:
     """The fingerprint of the incident that causes this one (its kind's ``caused_by``), if any."""
     cause: str = ""
     """That incident in words (its title and root), said in this one's summary and evidence."""
+    finding: bool = False
+    """Said as a finding though its kind pages (a link taken down on purpose): routed apart from
+    incident pages. It still holds its hosts (``Correlator.hosts_held``): it explains their
+    traffic stopping."""
 
 
 @dataclass

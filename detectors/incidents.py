@@ -527,5 +527,5 @@ class Correlator:
             collectives=list(incident.collectives),
             evidence=dict(incident.evidence),
             caused_by=incident.caused_by,
-            finding=self.registry.incidents[incident.kind].finding,
+            finding=self.registry.incidents[incident.kind].finding or incident.finding,
         )

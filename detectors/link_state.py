@@ -5,7 +5,14 @@ back. Both ends of the link join one incident (``link_errors.link_root``).
 Stage 1 reads, per port, the ``oper_down`` gauge (the port's state when read) and the counters of
 transitions: ``link_downed`` (downs) or else ``carrier_changes`` (downs and ups, two a flap). A
 flap shorter than a poll shows only in the counters; a link down since before the first poll only
-in the gauge. A port taken down on purpose (``admin_down``) is not a fault and says nothing.
+in the gauge.
+
+A link taken down on purpose is not a fault: the end taken down (``admin_down``) says so
+(``on_purpose`` in its symptom's evidence), and its far end, which reads only that its link went
+down, joins it in the link's one incident; the incident is then said as a finding, not paged
+(``describe``). The far end may be read first: its incident fires, and the admin end's next read,
+within a poll, makes it a finding before any receiver is told (the alerter moves an alert nobody
+was told of, ``alerts/alerter.py``). An uncabled port shut on purpose says nothing.
 """
 
 from __future__ import annotations
@@ -76,7 +83,7 @@ class LinkState:
         read = _read(frame, was_down)
         if read is None:
             return []
-        down, up, downs, readable = read
+        down, up, downs, readable, on_purpose = read
         # A port read down with no transition counted is a fault only where the topology expects
         # a link, or after it went down while watched (an uncabled port is down, and enabled by
         # default on many switches).
@@ -92,7 +99,7 @@ class LinkState:
         cfg, ts = self.config, frame.ts_ns
         known = down | up
         # A gauge seen going down between two polls is a down no counter may have counted.
-        counted = np.where(down & ~state.was_down & (downs == 0), 1.0, downs)
+        counted = np.where(down & ~state.was_down & (downs == 0) & ~on_purpose, 1.0, downs)
         started = event & ~state.active
         state.since_ns[started] = ts - int(frame.dt_s * 1e9)
         state.flaps = np.where(started, 0.0, state.flaps) + np.where(event, counted, 0.0)
@@ -108,12 +115,15 @@ class LinkState:
 
         def found(p: int) -> dict[str, float | int | str]:
             is_down = bool(state.was_down[p])
-            return evidence(
+            said = evidence(
                 1,
                 state="down" if is_down else "up",
                 flaps=int(state.flaps[p]),
                 up_for_s=float(state.stable_s[p]) if not is_down else float("nan"),
             )
+            if on_purpose[p]:
+                said["on_purpose"] = 1
+            return said
 
         blind = f"no poll could read its state for over {cfg.lack_of_data_s:.0f} s"
         return port_symptoms("link_down", frame, state.since_ns, (state.active, cleared, ended), found, blind)
@@ -126,8 +136,8 @@ def _read(frame: Any, was_down: np.ndarray) -> tuple[np.ndarray, ...] | None:
     The state is the ``oper_down`` gauge's; without one, the parity of ``carrier_changes`` since
     the last known state; without either, traffic says a link is up (a dead link carries nothing)
     and only a counted down says it is down. Neither down nor up is unknown: it neither clears
-    an incident nor extends it. A port taken down on purpose (``admin_down``) reads as neither
-    and counts no downs."""
+    an incident nor extends it. A port taken down on purpose (``admin_down``) reads down as it
+    is, counts no downs, and is marked (the last mask)."""
     gauge, downed, changes = (frame.port(k) for k in ("oper_down", "link_downed", "carrier_changes"))
     if gauge is None and downed is None and changes is None:
         return None
@@ -150,10 +160,9 @@ def _read(frame: Any, was_down: np.ndarray) -> tuple[np.ndarray, ...] | None:
     down = np.where(gauged, gauge > 0.5, np.where(by_parity, parity_down, (downs > 0) & ~(traffic > 0)))
     up = np.where(gauged, gauge <= 0.5, np.where(by_parity, ~parity_down, traffic > 0))
     admin = frame.port("admin_down")
-    if admin is not None:
-        on_purpose = admin > 0.5
-        down, up, downs = down & ~on_purpose, up & ~on_purpose, np.where(on_purpose, 0.0, downs)
-    return down, up, downs, readable
+    on_purpose = np.zeros(n, bool) if admin is None else admin > 0.5
+    downs = np.where(on_purpose, 0.0, downs)
+    return down, up, downs, readable, on_purpose
 
 
 def _cabled(poll: Poll, ports: list[str]) -> np.ndarray:
@@ -169,7 +178,14 @@ def describe(
     incident.evidence["flaps"] = max(flaps, int(incident.evidence.get("flaps", 0)))
     down = any(s.evidence.get("state") == "down" for s in own)
     incident.evidence["state"] = "down" if down else "up"
-    incident.severity = "critical"  # a host cut off, or a fabric link's traffic on fewer members
+    taken = sorted({(s.device, s.port) for s in own if s.evidence.get("on_purpose")})
+    if taken:
+        incident.evidence["taken_down_at"] = ", ".join(f"{dev} {port}" for dev, port in taken)
+    if taken or incident.evidence.get("on_purpose"):
+        incident.evidence["on_purpose"] = 1  # said once, it stays: the link's end may come up first
+        incident.finding = True
+    # A host cut off, or a fabric link's traffic on fewer members; on purpose, the operator's own.
+    incident.severity = "info" if incident.finding else "critical"
     devices = {dev for dev, _ in ends} | {incident.root.device}
     incident.devices |= devices
     hosts = {d.fabric.host_of(dev) for dev in devices if d.fabric.is_nic(dev)}
@@ -178,7 +194,10 @@ def describe(
     far = d.fabric.peer(incident.root.device, incident.root.port)
     link = f"{incident.root.device} {incident.root.port}" + (f" <-> {far[0]} {far[1]}" if far else "")
     n = incident.evidence["flaps"]
-    if down:
+    if incident.finding:
+        where = incident.evidence.get("taken_down_at", "one end")
+        what = f"was taken down on purpose (admin down at {where})" if down else "is back up"
+    elif down:
         what = "is down" if n <= 1 else f"is down again ({n} times since it began)"
     else:
         what = f"flaps: down {n} times" if n > 1 else "went down and came back"
@@ -189,6 +208,9 @@ def describe(
     if fewer:
         incident.evidence["ecmp_groups"] = fewer
     incident.summary = f"link {link} {what}{job}" + (f"; {fewer}" if fewer else "")
+    if incident.finding:
+        incident.hint = f"Taken down on purpose: enable {where} again when the work on it is done."
+        return
     incident.hint = (
         f"Check the optic and cable of {link}: reseat or replace the optic of a link that flaps; "
         "for one that stays down, check the far end is powered and its port enabled."
@@ -222,7 +244,7 @@ DOWN = IncidentKind(
     hint="Check the optic and the cable of the link; then the far end's port.",
     describe=describe,
     carried=("flaps",),
-    updated_on=("flaps", "state"),
+    updated_on=("flaps", "state", "on_purpose"),
     delay_bound_s=_delay_bound_s,
     delay="1 poll",
 )

@@ -60,6 +60,8 @@ _PHY = (
 PHY_GAUGES = tuple(name for name in _PHY if name != "fec_corrected_bits")
 """Gauges a poll reads from the fabric's state as it is (``run.py``)."""
 _PCIE = ("pcie_stall_read_seconds", "pcie_stall_write_seconds")
+_STATE = ("admin_down",)
+"""Added last, drawn last: a port taken down on purpose (a gauge, 1 while down on purpose)."""
 NIC_COUNTERS = (
     ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets", "rx_discards", "rx_errors", "symbol_errors"),
     _LINK,
@@ -68,6 +70,7 @@ NIC_COUNTERS = (
     ("pause_storm_warning_events", "pause_storm_error_events"),
     _PHY,
     _PCIE,
+    _STATE,
 )
 SWITCH_COUNTERS = (
     (
@@ -86,6 +89,7 @@ SWITCH_COUNTERS = (
     ("queue_occupancy_bytes", "queue_watermark_bytes"),
     _ADDED,
     _PHY,
+    _STATE,
 )
 # Columns that follow traffic leaving (tx) or entering (rx) the port: they share that link's noise.
 _TX_NOISY = {
@@ -237,9 +241,11 @@ def _offsets(table: Table, rows: int, start: str, rng: np.random.Generator) -> n
     link = np.array([s.name in _LINK for s in table.specs])
     added = np.array([s.name in _ADDED for s in table.specs])
     phy = np.array([s.name in _PHY + _PCIE for s in table.specs])
+    state = np.array([s.name in _STATE for s in table.specs])
     out = np.zeros((rows, len(table.specs)), dtype=np.uint64)
     own = np.random.default_rng(rng.bit_generator.seed_seq.spawn(1)[0])  # type: ignore[attr-defined]
-    for cols, draw in ((~link & ~added & ~phy, rng), (link, own), (added, own), (phy, own)):
+    rest = ~link & ~added & ~phy & ~state
+    for cols, draw in ((rest, rng), (link, own), (added, own), (phy, own), (state, own)):
         if cols.any():
             out[:, cols] = _draw(table.mask32[cols], rows, start, draw)
     return out

@@ -145,12 +145,14 @@ class DropBurst(_Fault, tag="drop_burst"):
 
 class LinkDown(_Fault, tag="link_down"):
     """The link of ``device`` (``port`` on a switch) goes down: for the whole fault (a dead link),
-    or ``flaps`` times with ``up_s`` of link up between the spells (a flapping link)."""
+    or ``flaps`` times with ``up_s`` of link up between the spells (a flapping link). ``planned``:
+    taken down on purpose at that end (``admin_down``), to be said as a finding, not paged."""
 
     device: str
     port: str = ""
     flaps: int = 1
     up_s: float = 2.0
+    planned: bool = False
 
 
 class NicRetransmit(_Fault, tag="nic_retransmit"):

@@ -39,9 +39,10 @@ class Condition:
     ``kind`` is ``stall`` (NIC ``nic`` stops draining and pauses its leaf), ``switch_stall`` (the
     switch egress feeding directed link ``links[0]`` stops draining, unpaused), ``loss`` (directed
     links ``links`` damage ``amount`` of their packets), ``drop`` (their receiving switch drops
-    ``amount`` at ingress, on the lossless priority), ``down`` or ``slow`` (NIC ``nic`` runs at ``amount`` of
-    its line rate). A stall spreads one hop per ``step`` seconds, so its stage is the hop count
-    reached.
+    ``amount`` at ingress, on the lossless priority), ``down`` (directed links ``links`` carry
+    nothing; ``amount`` 1: taken down on purpose at the end whose outward link is ``links[0]``) or
+    ``slow`` (NIC ``nic`` runs at ``amount`` of its line rate). A stall spreads one hop per
+    ``step`` seconds, so its stage is the hop count reached.
     """
 
     kind: str
@@ -401,7 +402,10 @@ def _add_link_down(c: _Context, f: fault_kinds.LinkDown, i: int, job: str, end: 
         raise ValueError(f"link_down: {f.flaps} flaps {f.up_s} s apart do not fit in {f.duration} s")
     for k in range(f.flaps):
         down = f.start + k * (spell + f.up_s)
-        c.plan.conditions.append(Condition("down", down, down + spell, links=(outward, inward)))
+        planned = 1.0 if f.planned else 0.0  # admin down at the end whose outward link is first
+        c.plan.conditions.append(
+            Condition("down", down, down + spell, links=(outward, inward), amount=planned)
+        )
         for end_port in (port, far):
             c.plan.impulses.append(Impulse(down, end_port, "carrier_changes"))
             c.plan.impulses.append(Impulse(down, end_port, "link_downed"))
@@ -410,6 +414,7 @@ def _add_link_down(c: _Context, f: fault_kinds.LinkDown, i: int, job: str, end: 
     ends = [RootCause(*c.fabric.port_label(p)) for p in (port, far)]
     root = sorted(ends, key=lambda r: (r.device not in c.fabric.nics, r.device, r.port))[0]
     what = "down" if f.flaps == 1 else f"flapping ({f.flaps} times down, {spell:g} s each)"
+    what += " on purpose (admin down there)" if f.planned else ""
     return _label(
         c.sc, "link_down", f.start, end, root, [], f"link_down: {ends[0].device} {ends[0].port} {what}"
     )

@@ -350,20 +350,20 @@ class _Simulation:
         self._phases_until(writer, self.sc.start_ns + t_ns)
 
     def _link_states(self, t: float, nic_values: np.ndarray, sw_values: np.ndarray) -> None:
-        """``oper_down`` of every port whose link a ``down`` condition holds at ``t`` seconds."""
-        down = [
-            link
-            for c in self.plan.conditions
-            if c.kind == "down" and c.stage_at(t) is not None
-            for link in c.links
-        ]
-        if not down:
+        """``oper_down`` of every port whose link a ``down`` condition holds at ``t`` seconds, and
+        ``admin_down`` of the end a planned one was taken down at."""
+        held = [c for c in self.plan.conditions if c.kind == "down" and c.stage_at(t) is not None]
+        if not held:
             return
+        down = [link for c in held for link in c.links]
+        admin = [c.links[0] for c in held if c.amount == 1.0]
         f = self.fabric
         nic = np.isin(f.nic_up, down) | np.isin(f.nic_down, down)
         sw = np.isin(f.port_out[f.n_nics :], down) | np.isin(f.port_in[f.n_nics :], down)
         nic_values[nic, NIC_TABLE.col("oper_down")] = 1
         sw_values[sw, SWITCH_TABLE.col("oper_down")] = 1
+        nic_values[np.isin(f.nic_up, admin), NIC_TABLE.col("admin_down")] = 1
+        sw_values[np.isin(f.port_out[f.n_nics :], admin), SWITCH_TABLE.col("admin_down")] = 1
 
     def _calls_until(self, writer: TraceWriter, t_ns: int) -> None:
         """Deliver the timed calls that ended by ``t_ns``, as the job's records would: at the poll."""

@@ -1,6 +1,6 @@
 """Links that go down (issue 34, 3): a dead link is one incident until it is back, a flapping link
-one incident with its flap count, a flap between two polls is still seen; resets, wraps and
-ports taken down on purpose stay quiet."""
+one incident with its flap count, a flap between two polls is still seen; resets and wraps stay
+quiet, and a link taken down on purpose is said as a finding, never paged."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import numpy as np
 from helpers import small_fabric
 
 from fabricwatch.detectors.fabric import FabricMap
+from fabricwatch.detectors.incidents import Correlator
 from fabricwatch.detectors.link_state import LinkState, LinkStateConfig
 from fabricwatch.detectors.rates import Layout, RateFrame
 from fabricwatch.detectors.spec import Poll
-from fabricwatch.schemas.messages import Anomaly, CounterSpec, Device, Link, Topology
+from fabricwatch.schemas.messages import Anomaly, CounterSpec, Device, Link, Symptom, Topology
 
 NIC3, NIC10 = "h003/mlx5_0", "h010/mlx5_0"
 NS = 1_000_000_000
@@ -88,20 +89,65 @@ def _detector(cabled: bool = False) -> tuple[LinkState, Callable[..., list]]:
     return detector, poll
 
 
-def test_a_port_taken_down_on_purpose_is_not_a_fault_and_unknown_is_not_stable():
+def test_a_port_taken_down_on_purpose_says_so_and_unknown_is_not_stable():
     _, poll = _detector(cabled=True)
 
     def gauges(ts: int, down: float, changes: float, admin: float = 0.0) -> list:
         return poll(ts, carrier_changes=changes, oper_down=down, admin_down=admin)
 
     assert gauges(1, 0.0, 0.0) == []
-    assert gauges(2, 1.0, 1.0, admin=1.0) == []  # disabled by its operator: says nothing
-    assert [s.evidence["state"] for s in gauges(3, 1.0, 0.0)] == ["down"]  # enabled, still down: cabled
+    (planned,) = gauges(2, 1.0, 1.0, admin=1.0)  # disabled by its operator: said as such, no flap
+    assert planned.evidence == {"state": "down", "flaps": 0, "on_purpose": 1}
+    assert [s.evidence for s in gauges(3, 1.0, 0.0)] == [{"state": "down", "flaps": 0}]  # enabled, still down
     assert [s.evidence["state"] for s in gauges(4, 0.0, 1.0)] == ["up"]
     for ts in range(5, 13):  # readings unknown: neither stable nor over
         assert [s.active for s in gauges(ts, np.nan, np.nan)] == [True], ts
     said = [s for ts in range(13, 19) for s in gauges(ts, 0.0, 0.0)]
     assert [s.active for s in said][-1] is False and sum(not s.active for s in said) == 1
+
+
+def test_a_link_taken_down_on_purpose_is_one_finding_and_its_drops_are_its_own(tmp_path):
+    """A leaf port shut by its operator: the host's end reads only that its link went down, the
+    leaf's end says it was on purpose. One incident for the link, said as a finding (``info``, not
+    paged), naming where it was taken down; what the leaf drops toward it is caused by it."""
+    fault = (
+        "  - {kind: link_down, device: leaf00, port: Ethernet24, planned: true, start: 30.3, duration: 20}"
+    )
+    events = small_fabric.replayed(tmp_path, "link_down", fault, 5, 90)
+    said = [a for a in events if a.kind == "link_down"]
+    assert [a.status for a in lifecycle(said)] == ["firing", "resolved"]
+    assert all(a.finding and a.severity == "info" for a in said)
+    assert "taken down on purpose (admin down at leaf00 Ethernet24)" in said[0].summary
+    assert "enable leaf00 Ethernet24 again" in said[0].hint
+    drops = [a for a in events if a.kind == "packet_loss"]
+    assert drops and {a.caused_by for a in drops} == {said[0].fingerprint}
+
+
+def test_a_far_end_read_first_fires_then_is_a_finding_within_the_poll():
+    """The two ends are read at different times: the host's end may be read first, and its
+    incident fires as a page. The leaf's end, read within the poll, says it was on purpose: an
+    ``updated`` event makes it a finding before any receiver is told (the alerter moves it,
+    ``test_alerts.py``)."""
+    links = [Link("leaf00", "Ethernet0", NIC3, "1", 400.0)]
+    fabric = FabricMap(Topology(T0, [Device("leaf00", "leaf"), Device(NIC3, "nic", host="h003")], links))
+    corr = Correlator(fabric=fabric)
+    ts = T0 + 10 * NS
+    host_end = Symptom("link_down", NIC3, ts, ts - NS, True, "1", evidence={"state": "down", "flaps": 1})
+    corr.on_symptom(host_end)
+    (first,) = corr.tick(ts)
+    assert (first.status, first.severity, first.finding) == ("firing", "critical", False)
+    planned = {"state": "down", "flaps": 0, "on_purpose": 1}
+    corr.on_symptom(
+        Symptom("link_down", "leaf00", ts + NS // 2, ts - NS, True, "Ethernet0", evidence=planned)
+    )
+    (then,) = corr.tick(ts + NS // 2)
+    assert (then.status, then.severity, then.finding, then.fingerprint) == (
+        "updated",
+        "info",
+        True,
+        first.fingerprint,
+    )
+    assert "taken down on purpose (admin down at leaf00 Ethernet0)" in then.summary
 
 
 def test_a_port_down_since_it_was_first_read_and_cabled_to_nothing_known_is_not_a_fault():
