@@ -24,8 +24,6 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 _W = TypeVar("_W")
 _ARRAY = "__ndarray__"
-SAY_AGAIN_S = 10.0
-"""How often a windowed detector says its open findings again between judgments."""
 
 
 class WindowError(ValueError):
@@ -40,9 +38,9 @@ class DeviceWindows(Generic[_W]):
     Each is a paced recorder (``spec.Recorder``): every poll of its devices, calm or not, goes to
     ``record`` (a few array additions into the current bucket, judging the window when a bucket
     closes: ``_judged``), and ``update`` is asked only when the device is due: a judgment not said
-    yet, or open findings not said for ``every_s`` (stage 2 forgets a symptom not said again within
-    ``incidents.unrefreshed_s``), not at every poll: a capacity finding can stay open for hours on
-    many links."""
+    yet, or a finding open, which is said at every poll as the other detectors say theirs (stage 2
+    reads a symptom's interval from its sayings: said every 10 s, a cleared finding waited 25 s to
+    resolve, found by ``test_bursts_report.py``). A device with nothing open costs its record."""
 
     def __init__(self, window_cls: type[_W], window_s: float, bucket_s: float) -> None:
         self._window_cls = window_cls
@@ -50,32 +48,25 @@ class DeviceWindows(Generic[_W]):
         self._buckets = max(1, round(window_s / bucket_s))
         self._bucket_ns = int(bucket_s * 1_000_000_000)
         self._devices: dict[str, _W] = {}
-        self.every_s = min(SAY_AGAIN_S, bucket_s)
-        self._every_ns = int(self.every_s * 1_000_000_000)
+        self.every_s = bucket_s
         self._cleared: dict[str, np.ndarray] = {}
         """Per device judged since it was last said: the rows that cleared in the judgments."""
-        self._said_ns: dict[str, int] = {}
 
     def open(self, device: str) -> bool:
         w = self._devices.get(device)
         return bool(w is not None and w.active.any())  # type: ignore[attr-defined]
 
     def due(self, device: str, ts_ns: int) -> bool:
-        if device in self._cleared:
-            return True
-        return self.open(device) and ts_ns >= self._said_ns.get(device, 0) + self._every_ns
+        return device in self._cleared or self.open(device)
 
     def next_due_ns(self, device: str) -> int | None:
-        """The next bucket's close, or sooner: a judgment not said yet, open findings to say again."""
+        """The next bucket's close; at once while a judgment is not said yet or a finding is open."""
         w = self._devices.get(device)
         if w is None:
             return None
-        if device in self._cleared:
+        if device in self._cleared or self.open(device):
             return 0
-        closes = (w.bucket + 1) * self._bucket_ns  # type: ignore[attr-defined]
-        if self.open(device):
-            return min(closes, self._said_ns.get(device, 0) + self._every_ns)
-        return closes
+        return (w.bucket + 1) * self._bucket_ns  # type: ignore[attr-defined]
 
     def update(self, poll: Poll) -> list[Symptom]:
         """The device's open findings, and those that cleared since it was last said."""
@@ -86,7 +77,6 @@ class DeviceWindows(Generic[_W]):
         cleared = self._cleared.pop(device, None)
         if cleared is None or cleared.shape != w.active.shape:  # type: ignore[attr-defined]
             cleared = np.zeros(w.active.shape, dtype=bool)  # type: ignore[attr-defined]
-        self._said_ns[device] = ts_ns
         return self._symptoms(device, ts_ns, w, cleared)
 
     def _judged(self, device: str, cleared: np.ndarray) -> None:
@@ -104,16 +94,13 @@ class DeviceWindows(Generic[_W]):
         return None if w is None else pack(w, bucket_s=self._bucket_s, buckets=self._buckets)
 
     def restore_window(self, device: str, state: bytes) -> None:
-        """Its open findings are said at the device's first poll here."""
         self._devices[device] = unpack(
             self._window_cls, state, bucket_s=self._bucket_s, buckets=self._buckets
         )
-        self._said_ns.pop(device, None)
 
     def drop_window(self, device: str) -> None:
         self._devices.pop(device, None)
         self._cleared.pop(device, None)
-        self._said_ns.pop(device, None)
 
 
 def window_delay(section: str) -> Any:
