@@ -17,6 +17,7 @@ from fabricwatch.streams.faust_app import _aiokafka_kwargs
 from fabricwatch.streams.health import Progress
 from fabricwatch.streams.kafka_io import ensure_topics
 from fabricwatch.streams.stages import Stage1Worker, Stage2Worker
+from fabricwatch.streams.window_keeper import WindowKeeper
 from fabricwatch.streams.worker_context import Worker, WorkerOptions
 
 EARLIER, LATER = 40, 40
@@ -33,7 +34,7 @@ class _SlowBroker(stage1_agent._Offsets):
 
 
 def test_a_new_partition_hands_out_nothing_before_it_starts_where_the_earlier_build_left_it(broker):
-    ensure_topics(broker, [topics.COUNTERS])
+    ensure_topics(broker, [topics.COUNTERS, topics.STATE])
     producer = KafkaProducer(**broker.kafka_kwargs())
     parts = sorted(producer.partitions_for(topics.COUNTERS))
     for p in parts:
@@ -69,7 +70,7 @@ async def _first_offsets(broker, want: int) -> list[int]:
         **kw,
     )
     await consumer.start()
-    consumer.subscribe([topics.COUNTERS], listener=_SlowBroker(w, consumer, kw))
+    consumer.subscribe([topics.COUNTERS], listener=_SlowBroker(w, consumer, kw, WindowKeeper(w, kw)))
     got: list[int] = []
     deadline = time.monotonic() + 30
     try:
