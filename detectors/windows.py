@@ -50,7 +50,7 @@ class DeviceWindows(Generic[_W]):
         self._devices: dict[str, _W] = {}
         self.every_s = bucket_s
         self._cleared: dict[str, np.ndarray] = {}
-        """Per device judged since it was last said: the rows that cleared in the judgments."""
+        """Per device judged and not said yet: the rows that cleared in the judgment."""
 
     def open(self, device: str) -> bool:
         w = self._devices.get(device)
@@ -80,10 +80,8 @@ class DeviceWindows(Generic[_W]):
         return self._symptoms(device, ts_ns, w, cleared)
 
     def _judged(self, device: str, cleared: np.ndarray) -> None:
-        """A bucket closed and the window was judged: say it at the next ``update``."""
-        before = self._cleared.get(device)
-        same = before is not None and before.shape == cleared.shape
-        self._cleared[device] = before | cleared if same else cleared  # type: ignore[operator]
+        """A bucket closed and the window was judged: said by this very poll's ``update`` (due)."""
+        self._cleared[device] = cleared
 
     def _symptoms(self, device: str, ts_ns: int, w: _W, cleared: np.ndarray) -> list[Symptom]:
         """The symptoms of the rows open in ``w``, and of the rows ``cleared``."""
