@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable
-from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -33,23 +32,21 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.dates as mdates
-import matplotlib.pyplot as plt
 import numpy as np
 
+from fabricwatch.dashboards.capture_report import capture_chart, capture_table
+from fabricwatch.dashboards.charts import figure, save, shade, time_axis
+from fabricwatch.dashboards.rhythm_report import rhythm_chart, rhythm_table
 from fabricwatch.detectors.job_stage import JOB_KINDS
-from fabricwatch.detectors.registry import REGISTRY
 from fabricwatch.schemas.bandwidth import bucket_name
 from fabricwatch.storage import headroom, queries
+from fabricwatch.storage.captures import captures
+from fabricwatch.storage.job_rhythm import job_rhythms
 from fabricwatch.storage.queries import Grid, Incident, Series, Store, when
 
-DPI = 100
-
-
-def kind_colour(kind: str) -> str:
-    """The incident kind's own colour (``spec.IncidentKind.colour``); grey for a kind this build
-    does not know (stored by a newer one)."""
-    declared = REGISTRY.incidents.get(kind)
-    return declared.colour if declared is not None else "tab:gray"
+MAX_RHYTHM_JOBS = 10
+RHYTHM_BUCKET_NS = 30_000_000_000
+"""The rhythm detector judges a NIC every 30 s (``rhythm.every_s``): a point per judgment."""
 
 
 def write_report(
@@ -120,53 +117,32 @@ def write_report(
         for i in incidents
         if i.jobs and i.kind not in JOB_KINDS
     }
-    steps = queries.job_steps(store, jobs, lo, hi)
-    ranked = headroom.capacity_ranking(store, lo, hi)
-    groups = headroom.group_headroom(store, lo, hi)
-    bursting = headroom.burst_ranking(store, lo, hi)
-    written.append(_index(out_dir, written, incidents, costs, steps, ranked, groups, bursting, lo, hi))
+    rhythms = job_rhythms(
+        store, queries.jobs_in_range(store, lo, hi, MAX_RHYTHM_JOBS), lo, hi, RHYTHM_BUCKET_NS
+    )
+    if rhythms:
+        wrote(rhythm_chart(rhythms, incidents, out_dir / "rhythm.png", size_px))
+    taken = captures(store, lo, hi)
+    for n, c in enumerate(taken, 1):
+        wrote(capture_chart(c, out_dir / f"capture-{n:02d}-{_slug(c.host)}-{_slug(c.netdev)}.png", size_px))
+    sections = (
+        _steps_table(queries.job_steps(store, jobs, lo, hi))
+        + rhythm_table(rhythms)
+        + _headroom_table(headroom.capacity_ranking(store, lo, hi), headroom.group_headroom(store, lo, hi))
+        + _bursts_table(headroom.burst_ranking(store, lo, hi))
+        + capture_table(taken)
+    )
+    written.append(_index(out_dir, written, incidents, costs, sections, lo, hi))
     return written
 
 
 # -- charts ---------------------------------------------------------------------------------------
 
 
-def _figure(size_px: tuple[int, int], rows: int) -> tuple[Any, Any]:
-    fig, axes = plt.subplots(rows, 1, figsize=(size_px[0] / DPI, size_px[1] / DPI), dpi=DPI, sharex=True)
-    return fig, np.atleast_1d(axes)
-
-
-def _save(fig: Any, path: Path) -> Path:
-    """Saved at exactly the figure's pixel size (no tight bounding box: the size is a promise)."""
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
-    return path
-
-
-def _time_axis(ax: Any) -> None:
-    ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S", tz=UTC))
-    ax.set_xlabel("time (UTC)")
-
-
-def _shade(ax: Any, incidents: list[Incident], touches: Any) -> list[Incident]:
-    shown = []
-    for inc in incidents:
-        if touches(inc):
-            ax.axvspan(
-                np.datetime64(inc.start_ns, "ns"),
-                np.datetime64(inc.end_ns, "ns"),
-                color=kind_colour(inc.kind),
-                alpha=0.15,
-                lw=0,
-            )
-            shown.append(inc)
-    return shown
-
-
 def _port_timeline(
     s: Series, device: str, port: str, incidents: list[Incident], path: Path, size_px: tuple[int, int]
 ) -> Path:
-    fig, axes = _figure(size_px, 4)
+    fig, axes = figure(size_px, 4)
     c = s.columns
     panels = (
         ("utilisation", (("tx_util", "tx"), ("rx_util", "rx")), 100.0, "%"),
@@ -202,25 +178,25 @@ def _port_timeline(
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="upper right", fontsize="small")
-        shown = _shade(ax, incidents, touches)
+        shown = shade(ax, incidents, touches)
     title = f"{device}:{port}"
     if shown:
         title += "  —  " + "; ".join(f"{i.kind} ({i.severity}) root {i.root}" for i in shown[:3])
     axes[0].set_title(title, fontsize="medium")
-    _time_axis(axes[-1])
+    time_axis(axes[-1])
     fig.tight_layout()
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _ecmp_chart(shares: dict[str, dict[str, Series]], incidents: list[Incident], path: Path, size_px) -> Path:
-    fig, axes = _figure(size_px, len(shares))
+    fig, axes = figure(size_px, len(shares))
     for ax, (group, members) in zip(axes, shares.items(), strict=True):
         for member, s in members.items():
             ax.plot(s.times, s.columns["share"] * 100.0, label=member, lw=1.2, drawstyle="steps-post")
         fair = 100.0 / len(members)
         ax.axhline(fair, color="black", lw=0.8, ls="--")
         ax.axhspan(fair * 0.75, fair * 1.25, color="tab:green", alpha=0.08, lw=0)
-        _shade(ax, incidents, lambda inc, g=group: inc.kind == "ecmp_collapse" and inc.root_group == g)
+        shade(ax, incidents, lambda inc, g=group: inc.kind == "ecmp_collapse" and inc.root_group == g)
         ax.set_ylabel(f"{group}\nshare (%)", fontsize="small")
         ax.set_ylim(0, 100)
         ax.grid(alpha=0.3)
@@ -228,13 +204,13 @@ def _ecmp_chart(shares: dict[str, dict[str, Series]], incidents: list[Incident],
     axes[0].set_title(
         "ECMP member shares of group traffic (dashed: fair share; band: ±25%)", fontsize="medium"
     )
-    _time_axis(axes[-1])
+    time_axis(axes[-1])
     fig.tight_layout()
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _heatmap_chart(grid: Grid, title: str, path: Path, size_px: tuple[int, int]) -> Path:
-    fig, (ax,) = _figure(size_px, 1)
+    fig, (ax,) = figure(size_px, 1)
     t0 = mdates.date2num(grid.times[0])
     t1 = mdates.date2num(grid.times[-1] + np.timedelta64(grid.bucket_ns, "ns"))
     image = ax.imshow(
@@ -250,9 +226,9 @@ def _heatmap_chart(grid: Grid, title: str, path: Path, size_px: tuple[int, int])
     ax.set_yticklabels(grid.rows, fontsize=max(4, min(9, 400 // max(len(grid.rows), 1))))
     ax.set_title(title, fontsize="medium")
     fig.colorbar(image, ax=ax, fraction=0.03, pad=0.01)
-    _time_axis(ax)
+    time_axis(ax)
     fig.tight_layout()
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _job_timeline(
@@ -266,7 +242,7 @@ def _job_timeline(
 ) -> Path:
     """The job's collectives, one row per collective, over the metrics of the ports its hosts use;
     where its calls are timed, their bus bandwidth and time between the two."""
-    fig, axes = _figure(size_px, 7 if calls else 5)
+    fig, axes = figure(size_px, 7 if calls else 5)
     ops = sorted({ph.op for ph in phases})
     for row, op in enumerate(ops):
         spans = [
@@ -305,14 +281,14 @@ def _job_timeline(
 
     shown: list[Incident] = []
     for ax in axes:
-        shown = _shade(ax, incidents, touches)
+        shown = shade(ax, incidents, touches)
     title = f"job {job}: collectives over the leaf ports of its {len(hosts)} hosts"
     if shown:
         title += "  —  " + "; ".join(f"{i.kind} root {i.root}" for i in shown[:2])
     axes[0].set_title(title, fontsize="medium")
-    _time_axis(axes[-1])
+    time_axis(axes[-1])
     fig.tight_layout()
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _call_panels(bw: Any, dur: Any, calls: list[queries.CallSeries]) -> None:
@@ -339,7 +315,7 @@ def _pairs_chart(job: str, pairs: dict[tuple[str, str], int], path: Path, size_p
     grid = np.zeros((len(hosts), len(hosts)))
     for (a, b), n in pairs.items():
         grid[at[a], at[b]] = n
-    fig, (ax,) = _figure(size_px, 1)
+    fig, (ax,) = figure(size_px, 1)
     image = ax.imshow(np.ma.masked_equal(grid, 0), cmap="viridis", interpolation="nearest", vmin=0)
     size = max(4, min(9, 400 // max(len(hosts), 1)))
     ax.set_xticks(range(len(hosts)))
@@ -351,7 +327,7 @@ def _pairs_chart(job: str, pairs: dict[tuple[str, str], int], path: Path, size_p
     ax.set_title(f"job {job}: connections between hosts, from its communication graph", fontsize="medium")
     fig.colorbar(image, ax=ax, fraction=0.03, pad=0.01)
     fig.tight_layout()
-    return _save(fig, path)
+    return save(fig, path)
 
 
 # -- index ---------------------------------------------------------------------------------------
@@ -362,13 +338,11 @@ def _index(
     charts: list[Path],
     incidents: list[Incident],
     costs: dict[tuple[str, int], list[str]],
-    steps: list[queries.StepSummary],
-    ranked: list[headroom.Headroom],
-    groups: list[headroom.Headroom],
-    bursting: list[headroom.Bursting],
+    sections: str,
     lo: int,
     hi: int,
 ) -> Path:
+    """``sections``: the tables after the incidents' (steps, rhythm, headroom, bursts)."""
     rows = "\n".join(
         "<tr>"
         + "".join(
@@ -406,7 +380,7 @@ pfc_storm red, incast orange, ecmp_collapse purple, outlier grey.</p>
 <th>summary</th><th>what it cost the jobs</th></tr>
 {rows}
 </table>
-{_steps_table(steps)}{_headroom_table(ranked, groups)}{_bursts_table(bursting)}<h2>Charts</h2>
+{sections}<h2>Charts</h2>
 {figures}
 </body></html>
 """

@@ -27,6 +27,7 @@ from fabricwatch.schemas.messages import (
     CommGraph,
     DecodeError,
     Label,
+    Periods,
     Phase,
     PhaseMessage,
     Snapshot,
@@ -73,6 +74,8 @@ class Pipeline:
     on_frame: Callable[[RateFrame], None] | None = None
     """Called with every rate frame (e.g. to store rates); None costs nothing."""
     on_context: Callable[[PhaseMessage | Topology], None] | None = None
+    on_periods: Callable[[Periods], None] | None = None
+    """Called with the traffic periods stage 1 judged, at each tick (e.g. to store them)."""
     """Called with every decoded phase, communication graph and topology (e.g. to store them)."""
     registry: Registry = REGISTRY
     """The detectors both stages run (the shipped ones; a test adds its own)."""
@@ -168,6 +171,9 @@ class Pipeline:
         return [] if due is None else self._tick(due)
 
     def _tick(self, now_ns: int) -> list[Anomaly]:
+        for periods in self.stage1.take_periods():
+            if self.on_periods is not None:
+                self.on_periods(periods)
         held = self.stage1.flush(now_ns)
         self.stats.symptoms += len(held)
         for s in held:

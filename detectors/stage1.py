@@ -16,6 +16,7 @@ optic, a port at the wrong speed) are given a device's poll when they say it is 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from fabricwatch.detectors.registry import REGISTRY, Registry
 from fabricwatch.detectors.spec import DeviceDetector, PacedDetector, Poll, Recorder
 from fabricwatch.detectors.windows import WindowedDetector, WindowError
 from fabricwatch.schemas.messages import Snapshot, Symptom, Topology
+from fabricwatch.schemas.periods import Periods
 
 
 class Stage1:
@@ -44,6 +46,8 @@ class Stage1:
         self._recorders: dict[str, list[Recorder]] = {"nic": [], "switch": []}
         self._windowed: dict[str, WindowedDetector] = {}
         """Detectors that judge a device over a window, by name: their windows move with the device."""
+        self._periodic: list[Any] = []
+        """Detectors that judge periods for the store (``take_periods``)."""
         for spec in registry.device:
             detector = spec.make(self.config)  # type: ignore[misc]
             for kind in spec.device_kinds:
@@ -52,6 +56,8 @@ class Stage1:
                     self._recorders[kind].append(detector)  # type: ignore[arg-type]
             if hasattr(detector, "window_state"):
                 self._windowed[spec.name] = detector  # type: ignore[assignment]
+            if hasattr(detector, "take_periods"):
+                self._periodic.append(detector)
         self._watches = [spec.watch(self.config) for spec in registry.detectors if spec.watch is not None]
         self._outliers = outliers
         self._signals = {kind: registry.calm_signals(kind) for kind in self._detectors}
@@ -130,6 +136,10 @@ class Stage1:
             return []
         poll = poll or Poll(frame, line, self.fabric)
         return [s for d in due for s in d.update(poll)]
+
+    def take_periods(self) -> list[Periods]:
+        """The traffic periods judged since the last call (``fabric.rhythm``, for the store)."""
+        return [p for d in self._periodic if (p := d.take_periods()) is not None]
 
     def flush(self, now_ns: int, by_source: Mapping[str, int] | None = None) -> list[Symptom]:
         """Symptoms the learned outlier detector held back for batch scoring, and those of the

@@ -49,6 +49,7 @@ nothing
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 import msgspec
@@ -68,8 +69,12 @@ from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placem
 from fabricwatch.detectors.windows import pack, unpack
 from fabricwatch.schemas.config import AtLeastOne, Fraction, Positive
 from fabricwatch.schemas.messages import RootCause, Symptom
+from fabricwatch.schemas.periods import Periods, known
 
 _NS = 1_000_000_000
+PERIODS_KEPT = 100_000
+"""Judgments kept for the store between two takes: a minute of 50,000 NICs judged every 30 s.
+Past it the oldest go (the store misses a point of a series, nothing else)."""
 
 
 class RhythmConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -136,6 +141,8 @@ class TrafficRhythm(Pacer):
         super().__init__(config.every_s)
         self.config = config
         self._nics: dict[str, _Nic] = {}
+        self._periods: deque[tuple[str, int, float, float, float, float]] = deque(maxlen=PERIODS_KEPT)
+        """The judgments that read a period, until stage 1 takes them (``take_periods``)."""
 
     def open(self, device: str) -> bool:
         nic = self._nics.get(device)
@@ -152,6 +159,15 @@ class TrafficRhythm(Pacer):
 
     def drop_window(self, device: str) -> None:
         self._nics.pop(device, None)
+
+    def take_periods(self) -> Periods | None:
+        """The periods judged since the last call, for the store (``fabric.rhythm``); None: none."""
+        if not self._periods:
+            return None
+        devices, ts_ns, period, strength, usual, rate = zip(*self._periods, strict=True)
+        self._periods.clear()
+        usual, rate = [known(x) for x in usual], [known(x) for x in rate]
+        return Periods(list(devices), list(ts_ns), list(period), list(strength), usual, rate)
 
     def record(self, poll: Poll) -> None:
         """Note the NIC's bytes sent and received this poll (NaN: none read). Every poll of every
@@ -210,8 +226,8 @@ class TrafficRhythm(Pacer):
             return self._open(device, nic, now_ns)  # too little read: unknown, nothing changes
         was = self._states(nic)
         self._judge_stop(nic, series, dt_s, now_ns)
-        if not nic.stopped_since:
-            self._judge_period(nic, series, dt_s, now_ns)
+        if not nic.stopped_since and (period_s := self._judge_period(nic, series, dt_s, now_ns)):
+            self._periods.append((device, now_ns, period_s, nic.strength, nic.usual_s, _known_mean(series)))
         cleared = was - self._states(nic)
         return self._open(device, nic, now_ns) + [
             self._symptom(device, nic, now_ns, now_ns, False, what) for what in sorted(cleared)
@@ -237,14 +253,15 @@ class TrafficRhythm(Pacer):
         elif nic.stopped_since and recent >= 0.5 * nic.usual_rate:
             nic.stopped_since = 0
 
-    def _judge_period(self, nic: _Nic, series: np.ndarray, dt_s: float, now_ns: int) -> None:
+    def _judge_period(self, nic: _Nic, series: np.ndarray, dt_s: float, now_ns: int) -> float | None:
+        """The period the traffic repeats with now (None: no rhythm strong enough to say)."""
         c = self.config
         # The common case, a rhythm that holds, at two dot products: the spectrum only when the
         # traffic no longer repeats with its usual period.
         holds = np.isfinite(nic.usual_s) and not nic.longer and not nic.stretched_since
         if holds and correlation_at(series, nic.usual_s / dt_s) >= SHARE * nic.strength:
             nic.usual_rate += c.follow * (_known_mean(series) - nic.usual_rate)
-            return
+            return nic.usual_s
         acf = series_autocorrelation(series)
         found = None if acf is None else period_of(acf, dt_s)
         if acf is None or found is None or found.strength < c.min_strength:
@@ -252,13 +269,14 @@ class TrafficRhythm(Pacer):
                 nic.misses += 1
                 wait_s = min(c.every_s * 2 ** (nic.misses - 1), c.idle_every_s)
                 nic.quiet_until = now_ns + int(wait_s * _NS)
-            return
+            return None
         nic.misses = 0
         nic.period_s, nic.strength = found.period_s, found.strength
         if not np.isfinite(nic.usual_s):
-            if found.period_s >= c.min_period_polls * dt_s:
-                self._learn(nic, found.period_s, _known_mean(series))
-            return
+            if found.period_s < c.min_period_polls * dt_s:
+                return None  # as likely an alias of a faster rhythm as a period
+            self._learn(nic, found.period_s, _known_mean(series))
+            return found.period_s
         ratio = found.period_s / nic.usual_s
         still = match_at(acf, nic.usual_s / dt_s) >= SHARE * found.strength
         whole = ratio >= 2 - c.agree and abs(ratio - round(ratio)) <= c.agree * ratio
@@ -277,6 +295,7 @@ class TrafficRhythm(Pacer):
             nic.other += 1
             if nic.other >= 2 * c.learn and not nic.stretched_since:
                 nic.usual_s, nic.learning, nic.other = math.nan, 0, 0  # the traffic changed: learn it
+        return found.period_s
 
     def _learn(self, nic: _Nic, period_s: float, mean: float) -> None:
         c = self.config

@@ -19,6 +19,8 @@ import msgspec
 import numpy as np
 
 # Re-exported (``X as X``): every wire message is reachable from here, as ``decode`` reads them all.
+from fabricwatch.schemas.burst_profile import BurstProfile as BurstProfile
+from fabricwatch.schemas.periods import Periods as Periods
 from fabricwatch.schemas.phases import Collectives as Collectives
 from fabricwatch.schemas.phases import CommGraph as CommGraph
 from fabricwatch.schemas.phases import Edge as Edge
@@ -446,6 +448,8 @@ Message = (
     | PortRates
     | RatesBatch
     | WindowState
+    | Periods
+    | BurstProfile
 )
 
 _encoder = msgspec.json.Encoder()

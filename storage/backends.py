@@ -192,8 +192,9 @@ def _arrow(pa: Any, values: Any) -> Any:
         if values.dtype.kind == "M":
             return pa.array(values.astype("datetime64[ns]"), type=pa.timestamp("ns", tz="UTC"))
         return pa.array(values)
-    if values and isinstance(values[0], list):  # Array(String): typed, or all-empty lists are null
-        return pa.array(values, type=pa.list_(pa.string()))
+    if values and isinstance(values[0], list):  # arrays: typed, or all-empty lists are null
+        first = next((x[0] for x in values if x), "")
+        return pa.array(values, type=pa.list_(pa.float64() if isinstance(first, float) else pa.string()))
     return pa.array(values)
 
 

@@ -8,7 +8,16 @@ from datetime import UTC, datetime
 import numpy as np
 
 from fabricwatch.schemas.bandwidth import bandwidths, size_bucket
-from fabricwatch.schemas.messages import Anomaly, Collectives, CommGraph, Phase, Steps, Topology
+from fabricwatch.schemas.messages import (
+    Anomaly,
+    BurstProfile,
+    Collectives,
+    CommGraph,
+    Periods,
+    Phase,
+    Steps,
+    Topology,
+)
 
 
 def anomaly_columns(new: list[Anomaly]) -> dict:
@@ -102,6 +111,48 @@ def step_columns(batches: list[Steps]) -> dict:
         "exposed_ns": [s.exposed_ns for _, s in rows],
         "source": [b.source for b, _ in rows],
     }
+
+
+def period_columns(batches: list[Periods]) -> dict:
+    """The ``nic_periods`` columns: one row per NIC judged."""
+    ts = [t for b in batches for t in b.ts_ns]
+    return {
+        "ts": utc_times(ts),
+        "ts_ns": np.array(ts, dtype=np.uint64),
+        "device": [d for b in batches for d in b.devices],
+        "period_s": np.array([x for b in batches for x in b.period_s], dtype=np.float32),
+        "strength": np.array([x for b in batches for x in b.strength], dtype=np.float32),
+        "usual_s": np.array([_nan(x) for b in batches for x in b.usual_s], dtype=np.float32),
+        "rate_Bps": np.array([_nan(x) for b in batches for x in b.rate_Bps], dtype=np.float64),
+    }
+
+
+def profile_columns(profiles: list[BurstProfile]) -> dict:
+    """The ``burst_profiles`` columns: one row per capture."""
+    starts = [p.start_ns for p in profiles]
+    out: dict = {
+        "ts": utc_times(starts),
+        "start_ns": np.array(starts, dtype=np.uint64),
+        **{k: [getattr(p, k) for p in profiles] for k in ("host", "netdev", "trigger")},
+        **{
+            k: np.array([getattr(p, k) for p in profiles], dtype=np.float64)
+            for k in ("seconds", "period_s", "achieved_period_s", "bin_s", "line_Bps")
+        },
+        "samples": np.array([p.samples for p in profiles], dtype=np.uint32),
+        "rx_packets": np.array([p.rx_packets for p in profiles], dtype=np.uint64),
+        "tx_packets": np.array([p.tx_packets for p in profiles], dtype=np.uint64),
+    }
+    for side in ("rx", "tx"):
+        d = [getattr(p, side) for p in profiles]
+        for k in ("peak_Bps", "p99_Bps", "mean_Bps", "hot_s", "longest_burst_s"):
+            out[f"{side}_{k}"] = np.array([getattr(x, k) for x in d], dtype=np.float64)
+        out[f"{side}_bursts"] = np.array([x.bursts for x in d], dtype=np.uint32)
+        out[f"{side}_per_bin_Bps"] = [x.per_bin_Bps for x in d]
+    return out
+
+
+def _nan(x: float | None) -> float:
+    return np.nan if x is None else x
 
 
 def edge_columns(graphs: list[CommGraph]) -> dict:

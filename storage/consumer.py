@@ -32,7 +32,9 @@ from typing import Any
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import (
     Anomaly,
+    BurstProfile,
     DecodeError,
+    Periods,
     PhaseMessage,
     PortRates,
     RatesBatch,
@@ -57,6 +59,8 @@ SINK_TOPICS = {
     topics.ANOMALIES: Anomaly,
     topics.PHASES: PhaseMessage,
     topics.TOPOLOGY: Topology,
+    topics.RHYTHM: Periods,
+    topics.BURSTS: BurstProfile,
 }
 
 

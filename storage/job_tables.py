@@ -127,3 +127,72 @@ def comm_graph(g: DDL) -> list[str]:
         shard_key="cityHash64(job)",
     )
     return edges + ranks
+
+
+def nic_periods(g: DDL) -> list[str]:
+    """Each NIC's traffic period at each judgment of the rhythm detector (``Periods``): with the
+    hosts a job's steps or phases ran on, its rhythm over time. ``usual_s`` and ``rate_Bps`` are
+    NULL where unknown (no period learned yet). A judgment stored twice merges away."""
+    d = g.d
+    cols = [
+        f"ts {d.time_ms()}",
+        "ts_ns UInt64",
+        f"device {d.lc()}",
+        "period_s Float32",
+        "strength Float32",
+        "usual_s Nullable(Float32)",
+        "rate_Bps Nullable(Float64)",
+    ]
+    return g.table(
+        "nic_periods",
+        cols,
+        "ReplacingMergeTree",
+        "device, ts_ns",
+        "toDate(ts)",
+        shard_key="cityHash64(device)",
+    )
+
+
+def burst_profiles(g: DDL) -> list[str]:
+    """Each burst capture of an interface (``BurstProfile``): per direction its busiest
+    millisecond, 99th percentile and mean rate, time near line rate, bursts, and every millisecond's
+    rate, with the host and the incident that asked for it (empty: by hand). A capture stored twice
+    merges away."""
+    d = g.d
+    per_direction = [
+        f"{x}_{c}"
+        for x in ("rx", "tx")
+        for c in (
+            "peak_Bps Float64",
+            "p99_Bps Float64",
+            "mean_Bps Float64",
+            "hot_s Float32",
+            "bursts UInt32",
+            "longest_burst_s Float32",
+            "per_bin_Bps Array(Float32)",
+        )
+    ]
+    cols = [
+        f"ts {d.time_ms()}",
+        "start_ns UInt64",
+        "host String",
+        "netdev String",
+        "trigger String",
+        "seconds Float32",
+        "period_s Float32",
+        "achieved_period_s Float32",
+        "samples UInt32",
+        "bin_s Float32",
+        "line_Bps Float64",
+        *per_direction,
+        "rx_packets UInt64",
+        "tx_packets UInt64",
+    ]
+    return g.table(
+        "burst_profiles",
+        cols,
+        "ReplacingMergeTree",
+        "host, netdev, start_ns",
+        "toDate(ts)",
+        shard_key="cityHash64(host)",
+    )

@@ -10,7 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fabricwatch.storage.job_tables import collective_calls, comm_graph, job_steps, phases
+from fabricwatch.storage.job_tables import (
+    burst_profiles,
+    collective_calls,
+    comm_graph,
+    job_steps,
+    nic_periods,
+    phases,
+)
 from fabricwatch.storage.schema import (
     DDL,
     METRICS_V1,
@@ -60,6 +67,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         7, "collective_calls: each timed collective call of a job, with its bandwidths", collective_calls
     ),
     Migration(8, "job_steps: each training step of a job's ranks, with its time in collectives", job_steps),
+    Migration(
+        9,
+        "nic_periods, burst_profiles: each NIC's traffic period at each rhythm judgment, burst captures",
+        lambda g: nic_periods(g) + burst_profiles(g),
+    ),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 
@@ -90,6 +102,7 @@ def current_ddl(dialect: Dialect, opts: SchemaOptions) -> list[str]:
     for name in ROLLUPS:
         out += [*rollup_table(g, name, name), rollup_view(g, name)]
     tail = phases(g) + topology(g) + anomalies_latest(g) + comm_graph(g) + collective_calls(g) + job_steps(g)
+    tail += nic_periods(g) + burst_profiles(g)
     return out + device_latest(g) + anomaly_events(g) + tail
 
 

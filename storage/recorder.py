@@ -1,5 +1,5 @@
-"""Store what an in-process pipeline sees (``fabricwatch replay``/``demo``): rates, phases, topology
-and anomalies go through the same batched ``Sink`` the Kafka consumer uses."""
+"""Store what an in-process pipeline sees (``fabricwatch replay``/``demo``): rates, traffic periods,
+phases, topology and anomalies go through the same batched ``Sink`` the Kafka consumer uses."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ class PipelineRecorder:
         self.sink = sink
         pipeline.on_frame = self.on_frame
         pipeline.on_context = self.on_context
+        pipeline.on_periods = sink.add_periods
 
     def on_frame(self, frame: RateFrame) -> None:
         line = self.pipeline.stage1.fabric.port_speeds_bps(frame.device, frame.ports)

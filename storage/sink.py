@@ -29,8 +29,10 @@ import numpy as np
 from fabricwatch.schemas.messages import (
     PORT_RATE_COLUMNS,
     Anomaly,
+    BurstProfile,
     Collectives,
     CommGraph,
+    Periods,
     Phase,
     PortRates,
     RatesBatch,
@@ -43,7 +45,9 @@ from fabricwatch.storage.columns import (
     anomaly_columns,
     call_columns,
     edge_columns,
+    period_columns,
     phase_columns,
+    profile_columns,
     rank_columns,
     step_columns,
     topology_columns,
@@ -67,6 +71,8 @@ class SinkStats:
     phases: int = 0
     collective_calls: int = 0
     job_steps: int = 0
+    periods: int = 0
+    burst_profiles: int = 0
     graph_edges: int = 0
     topologies: int = 0
     duplicates_skipped: int = 0
@@ -109,6 +115,8 @@ class Sink:
         self._phases: list[Phase] = []
         self._calls: list[Collectives] = []
         self._steps: list[Steps] = []
+        self._periods: list[Periods] = []
+        self._profiles: list[BurstProfile] = []
         self._graphs: list[CommGraph] = []
         self._ranks: list[tuple[str, str, int, str, int]] = []
         self._ranks_seen: set[tuple[str, str, int, str]] = set()
@@ -122,7 +130,17 @@ class Sink:
     # --- buffering -------------------------------------------------------------------------------
 
     def add(
-        self, msg: PortRates | RatesBatch | Anomaly | Phase | CommGraph | Collectives | Steps | Topology
+        self,
+        msg: PortRates
+        | RatesBatch
+        | Anomaly
+        | Phase
+        | CommGraph
+        | Collectives
+        | Steps
+        | Periods
+        | BurstProfile
+        | Topology,
     ) -> None:
         """Any message the store keeps, to its table."""
         if isinstance(msg, PortRates):
@@ -139,6 +157,11 @@ class Sink:
             self.add_calls(msg)
         elif isinstance(msg, Steps):
             self.add_steps(msg)
+        elif isinstance(msg, Periods):
+            self.add_periods(msg)
+        elif isinstance(msg, BurstProfile):
+            self._profiles.append(msg)
+            self._touch()
         else:
             self.add_topology(msg)
 
@@ -182,6 +205,10 @@ class Sink:
         self._steps.append(msg)
         self._touch()
 
+    def add_periods(self, msg: Periods) -> None:
+        self._periods.append(msg)
+        self._touch()
+
     def _add_ranks(self, job: str, comm: str, rank_hosts: dict[int, str], ts_ns: int) -> None:
         if len(self._ranks_seen) > RANKS_REMEMBERED:
             self._ranks_seen.clear()
@@ -198,7 +225,8 @@ class Sink:
     @property
     def pending_rows(self) -> int:
         graphs = len(self._graphs) + len(self._ranks) + sum(len(m.calls) for m in self._calls)
-        graphs += sum(len(m.steps) for m in self._steps)
+        graphs += sum(len(m.steps) for m in self._steps) + sum(len(m.devices) for m in self._periods)
+        graphs += len(self._profiles)
         return self._rates.rows + len(self._anomalies) + len(self._phases) + graphs + len(self._topologies)
 
     def due(self) -> bool:
@@ -252,6 +280,12 @@ class Sink:
                 self._insert_calls()
             if self._steps:
                 self._insert_steps()
+            if self._periods:
+                self._insert_periods()
+            if self._profiles:
+                self.store.backend.insert(self.store.table("burst_profiles"), profile_columns(self._profiles))
+                self.stats.burst_profiles += len(self._profiles)
+                self._profiles = []
             if self._rates.messages:
                 self._insert_rates()
                 self._rates = _RatesBuffer()
@@ -271,6 +305,7 @@ class Sink:
         self._rates = _RatesBuffer()
         self._anomalies, self._phases, self._topologies = [], [], []
         self._graphs, self._ranks, self._calls, self._steps = [], [], [], []
+        self._periods, self._profiles = [], []
         self._ranks_seen.clear()
         self._first_at = None
 
@@ -413,6 +448,12 @@ class Sink:
         self.store.backend.insert(self.store.table("job_steps"), step_columns(self._steps))
         self.stats.job_steps += sum(len(m.steps) for m in self._steps)
         self._steps = []
+
+    def _insert_periods(self) -> None:
+        """As they come: the table merges a judgment stored twice."""
+        self.store.backend.insert(self.store.table("nic_periods"), period_columns(self._periods))
+        self.stats.periods += sum(len(m.devices) for m in self._periods)
+        self._periods = []
 
     def _insert_topologies(self) -> None:
         times = ", ".join(str(t.ts_ns) for t in self._topologies)

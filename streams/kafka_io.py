@@ -26,6 +26,8 @@ DEFAULT_PARTITIONS = {
     topics.TOPOLOGY: 1,
     topics.SWITCHES: 12,
     topics.RATES: 12,
+    topics.RHYTHM: 3,
+    topics.BURSTS: 1,
     topics.SYMPTOMS: 6,
     topics.ANOMALIES: 3,
     topics.PROGRESS: 1,

@@ -135,6 +135,8 @@ async def _process(
             w.progress.dead_letter(reason)
         for k in out.rates:
             await w.send(topics.RATES, k)
+        for k in out.periods:
+            await w.send(topics.RHYTHM, k)
         for k in out.symptoms:
             await w.send(topics.SYMPTOMS, k)
         if assignment == offsets.assignment:

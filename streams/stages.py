@@ -73,6 +73,8 @@ class Rejected:
 @dataclass
 class Stage1Output:
     rates: list[Keyed] = field(default_factory=list)
+    periods: list[Keyed] = field(default_factory=list)
+    """``fabric.rhythm``: each NIC's traffic period where the rhythm detector judged one."""
     symptoms: list[Keyed] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
     values: int = 0
@@ -198,6 +200,7 @@ class Stage1Worker:
         for source in sorted(batch.newest):
             batch.add_mark(self._pod_keys, Watermark(source, self._newest[source]))
         batch.out.rates = self._rates(batch.frames)
+        batch.out.periods = self._periods()
         batch.out.symptoms = _symptom_messages(batch.items)
         return batch.out
 
@@ -255,6 +258,11 @@ class Stage1Worker:
             lines = [speeds(f.device, f.ports) for f in taken]
             out += [Keyed(source.encode(), encode(m)) for m in summarise_batch(taken, lines)]
         return out
+
+    def _periods(self) -> list[Keyed]:
+        """The traffic periods judged in the batch (``fabric.rhythm``), with the rates: for the store."""
+        periods = self.core.take_periods()
+        return [Keyed(p.devices[0].encode(), encode(p)) for p in periods] if self.rates else []
 
     def heartbeat(self, caught_up: Mapping[str, bool]) -> list[Keyed]:
         """Watermarks of the partitions this worker owns, each saying whether it is caught up: one

@@ -24,8 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
 import numpy as np
+
+from fabricwatch.schemas.burst_profile import BurstProfile, DirectionProfile
+from fabricwatch.schemas.messages import Anomaly
 
 COUNTERS = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets")
 SPIN_S = 200e-6
@@ -50,38 +52,6 @@ class Capture:
     origin_ns: int
     t_ns: np.ndarray
     values: np.ndarray
-
-
-class DirectionProfile(msgspec.Struct, frozen=True):
-    peak_Bps: float
-    """The busiest millisecond's rate, bytes a second."""
-    p99_Bps: float
-    mean_Bps: float
-    hot_s: float
-    """Time at ``HOT_SHARE`` of line rate or more."""
-    bursts: int
-    """Runs of bins at ``BURST_SHARE`` of line rate or more."""
-    longest_burst_s: float
-    per_bin_Bps: list[float]
-
-
-class BurstProfile(msgspec.Struct, tag="burst_profile", tag_field="type", frozen=True):
-    """What a burst capture of one interface saw, per ``bin_s``."""
-
-    netdev: str
-    start_ns: int
-    seconds: float
-    period_s: float
-    """The period asked for."""
-    achieved_period_s: float
-    """The median time between samples."""
-    samples: int
-    bin_s: float
-    line_Bps: float
-    rx: DirectionProfile
-    tx: DirectionProfile
-    rx_packets: int
-    tx_packets: int
 
 
 def capture(
@@ -180,3 +150,22 @@ def _open(statistics: Path, netdev: str) -> list[int]:
             os.close(fd)
         raise CaptureError(f"{netdev}: cannot read {statistics}: {exc.strerror}") from None
     return fds
+
+
+@dataclass
+class IncidentTrigger:
+    """Which incidents start a capture on this host (``fabricwatch collect burst --on-incident``):
+    one that fires naming the host, at most one every ``cooldown_s``, so that a fabric with many
+    incidents costs the host a core for a few seconds now and then, never all the time."""
+
+    host: str
+    cooldown_s: float = 300.0
+    _last_s: float = float("-inf")
+
+    def wants(self, anomaly: Anomaly, now_s: float) -> bool:
+        if anomaly.status != "firing" or self.host not in anomaly.hosts:
+            return False
+        if now_s - self._last_s < self.cooldown_s:
+            return False
+        self._last_s = now_s
+        return True

@@ -106,6 +106,8 @@ def _job_effects(c: _Context, fault: fault_kinds.Fault, cause: Label) -> list[La
     hang: the suite's storms outlast the hang bound), an incast into a job's host slows the
     job's flows into it, a straggler slows its own job. Jobs without timed calls have nothing to
     show; other faults' effects on calls are not labelled (no scenario times calls beside them)."""
+    if isinstance(fault, fault_kinds.StepStretch):
+        return _stretched_steps(c, fault, cause)
     if isinstance(fault, fault_kinds.PfcStorm):
         nic = c.fabric.nic_index(fault.root)
         kind, hosts, only = "job_hang", {c.fabric.hosts[int(c.fabric.nic_host[nic])]}, ""
@@ -139,6 +141,17 @@ def _job_effects(c: _Context, fault: fault_kinds.Fault, cause: Label) -> list[La
         )
         for job, (first, last) in sorted(spans.items())
     ]
+
+
+def _stretched_steps(c: _Context, f: fault_kinds.StepStretch, cause: Label) -> list[Label]:
+    """A job whose records mark its steps (``steps.py``) shows the stretch there too: its
+    slowdown, as its own step times say it (``job_slowdown``, rooted at the job)."""
+    if not any(a.steps and a.job == f.job for a in c.jobs):
+        return []
+    root = RootCause(f.job, group=f"job:{f.job}")
+    start_s, end_s = (cause.start_ns - c.sc.start_ns) / NS, (cause.end_ns - c.sc.start_ns) / NS
+    note = f"{f.job}'s steps take {f.factor:g} times as long, as its records mark them"
+    return [_label(c.sc, "job_slowdown", start_s, end_s, root, [f.job], note)]
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from fabricwatch.ingest.simulator.faults import FaultPlan, plan_faults
 from fabricwatch.ingest.simulator.graphs import comm_graphs
 from fabricwatch.ingest.simulator.hot_links import hot_link_labels
 from fabricwatch.ingest.simulator.scenario import Scenario
+from fabricwatch.ingest.simulator.steps import step_messages
 from fabricwatch.ingest.simulator.traffic import NS, ActivityRun, Flows, job_activities
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import CounterSpec, Label, Phase, PhaseMessage, Snapshot, phase_time
@@ -119,6 +120,8 @@ class _Simulation:
         self.cache: OrderedDict[tuple, tuple[Rates, dict[int, float]]] = OrderedDict()
         self.timers = call_timers(sc, activities)
         """Activities with timed calls, by index: their pace is taken from each state."""
+        self.steps = step_messages(activities, sc.start_ns)
+        self.next_step = 0
         phases = [a.phase for a in activities if a.phase]
         graphs = comm_graphs(fabric, activities)
         self.phases: list[PhaseMessage] = sorted([*graphs, *phases], key=_delivery)
@@ -366,11 +369,16 @@ class _Simulation:
         sw_values[np.isin(f.port_out[f.n_nics :], admin), SWITCH_TABLE.col("admin_down")] = 1
 
     def _calls_until(self, writer: TraceWriter, t_ns: int) -> None:
-        """Deliver the timed calls that ended by ``t_ns``, as the job's records would: at the poll."""
+        """Deliver the timed calls and the steps that ended by ``t_ns``, as the job's records would:
+        at the poll."""
         at = self.sc.start_ns + t_ns
         for i, timer in self.timers.items():
             for msg in timer.take(self.activities[i].job):
                 writer.write_message(topics.PHASES, msg.job, at, msg)
+        while self.next_step < len(self.steps) and self.steps[self.next_step][0] <= at:
+            steps = self.steps[self.next_step][1]
+            writer.write_message(topics.PHASES, steps.job, at, steps)
+            self.next_step += 1
 
     def _phases_until(self, writer: TraceWriter, t_ns: int) -> None:
         """Deliver phases that began by ``t_ns``, interleaved with snapshots so record times never go back."""

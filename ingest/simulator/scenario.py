@@ -132,6 +132,9 @@ class Activity(_Strict):
     root: str | None = None
     stages: int = 2
     calls: Calls | None = None
+    steps: bool = False
+    """The job's records mark each burst as a training step (``Steps``, what Kineto's
+    ``ProfilerStep#N`` gives): a step runs from one burst's start to the next's."""
 
 
 class Job(_Strict):
@@ -414,6 +417,9 @@ def _check_jobs(sc: Scenario, names: _Names, p: _Problems) -> None:
             _check_window(act.begin, act.end, apath, p)
             _check_load(act.load, f"{apath}.load", p)
             _check_burst(act.burst, f"{apath}.burst", p)
+            p.require(
+                not act.steps or act.burst is not None, f"{apath}.steps", "needs a burst: a step per burst"
+            )
             if act.op == "Reduce":
                 p.require(act.root is not None, f"{apath}.root", "a Reduce needs a root host")
             if act.root is not None:

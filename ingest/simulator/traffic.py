@@ -53,6 +53,8 @@ class ActivityRun:
     phase: Phase | None
     calls: Calls | None = None
     """Its timed calls (``calls.py``), where the scenario asks for them."""
+    steps: bool = False
+    """Whether its job's records mark each of its bursts as a training step (``steps.py``)."""
 
     def on_at(self, t: float) -> bool:
         i = int(np.searchsorted(self.starts, t, side="right")) - 1
@@ -169,6 +171,7 @@ def make_activity(
     burst: tuple[float, float] | None = None,
     root: str | None = None,
     calls: Calls | None = None,
+    steps: bool = False,
 ) -> ActivityRun:
     """An activity and its Phase (none for idle time: NCCL logs nothing when nothing runs)."""
     starts, ends = windows(begin, end, burst, sc.duration)
@@ -186,7 +189,7 @@ def make_activity(
             root_rank=hosts.index(root) if root is not None else None,
             source="sim",
         )
-    return ActivityRun(job, op, flows, starts, ends, phase, calls)
+    return ActivityRun(job, op, flows, starts, ends, phase, calls, steps)
 
 
 def job_activities(sc: Scenario, fabric: Fabric) -> list[ActivityRun]:
@@ -202,7 +205,18 @@ def job_activities(sc: Scenario, fabric: Fabric) -> list[ActivityRun]:
             tag = act.calls.comm if act.calls and act.calls.comm else str(a)
             runs.append(
                 make_activity(
-                    sc, job.name, tag, act.op, hosts, flows, act.begin, act.end, burst, act.root, act.calls
+                    sc,
+                    job.name,
+                    tag,
+                    act.op,
+                    hosts,
+                    flows,
+                    act.begin,
+                    act.end,
+                    burst,
+                    act.root,
+                    act.calls,
+                    act.steps,
                 )
             )
     return runs

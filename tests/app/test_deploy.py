@@ -106,6 +106,14 @@ def test_the_systemd_collector_unit_runs_collect_with_arguments_it_accepts():
     assert "User=fabricwatch" in text and "CapabilityBoundingSet=\n" in text  # no root, no capability
 
 
+def test_the_systemd_burst_unit_waits_for_incidents_on_the_netdev_it_is_instanced_for():
+    unit = DEPLOY / "systemd" / "fabricwatch-burst@.service"
+    args = collect_args(exec_start(unit, "eth2")[1:])
+    assert (args.command, args.source, args.netdev) == ("collect", "burst", ["eth2"])
+    assert args.on_incident and args.broker_config == Path("/etc/fabricwatch/fabricwatch.yaml")
+    assert "User=fabricwatch" in unit.read_text() and "CapabilityBoundingSet=\n" in unit.read_text()
+
+
 def test_the_systemd_sonic_collector_unit_runs_collect_sonic_with_arguments_it_accepts():
     unit = DEPLOY / "systemd" / "fabricwatch-collect-sonic.service"
     args = collect_args(exec_start(unit, "")[1:])

@@ -19,11 +19,13 @@ from helpers.job_records import inspector_example_calls, kineto_example_steps
 from helpers.replayed_store import replay_into_store
 
 from fabricwatch.dashboards.macros import QueryContext, expand
+from fabricwatch.schemas.messages import Periods
 from fabricwatch.storage.queries import host_pairs_sql
 from fabricwatch.storage.sink import Sink
 
 pytestmark = pytest.mark.slow  # a replayed store in embedded ClickHouse
 UID = "fw-job-timeline"
+S = 1_000_000_000
 STEP_BUCKET_NS = int(INTERVAL_S * 1e9)
 """The example's steps begin on an interval's edge, so its three steps (0.67 s) fall in one."""
 
@@ -38,8 +40,24 @@ def store(tmp_path_factory):
         for msg in inspector_example_calls("inspector-example", lo):
             sink.add(msg)
         sink.add(kineto_example_steps("ddp-example", -(-lo // STEP_BUCKET_NS) * STEP_BUCKET_NS))
+        sink.add(moe_b_periods(filled, lo))
     yield filled
     filled.close()
+
+
+def moe_b_periods(store, lo: int) -> Periods:
+    """What a stage-1 worker would publish had moe-b's NICs repeated every 4 s for a minute (the
+    demo's three minutes are too short for the rhythm detector's window)."""
+    nics = [
+        r[0]
+        for r in store.query(
+            "SELECT DISTINCT nic FROM topology_nics WHERE host IN "
+            "(SELECT DISTINCT arrayJoin(hosts) FROM phases WHERE job = 'moe-b') ORDER BY nic"
+        )
+    ]
+    times = [lo + 30 * S * (k + 1) for k in range(2) for _ in nics]
+    n = len(times)
+    return Periods(nics * 2, times, [4.0] * n, [0.8] * n, [4.0] * n, [1e9] * n)
 
 
 def test_every_panel_has_rows_with_all_jobs_selected(store):

@@ -15,7 +15,7 @@ import fabricwatch.detectors
 from fabricwatch.alerts.config import parse_alerts
 from fabricwatch.alerts.receiver import WebhookReceiver
 from fabricwatch.alerts.service import AlertService
-from fabricwatch.dashboards.report import kind_colour
+from fabricwatch.dashboards.charts import kind_colour
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.detectors.registry import REGISTRY, Registry, RegistryError

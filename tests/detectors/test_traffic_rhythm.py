@@ -9,6 +9,7 @@ import pytest
 from helpers import zhejiang
 from helpers.recorders import as_stage1_runs
 
+from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.detectors.rates import Layout, RateFrame
@@ -18,8 +19,9 @@ from fabricwatch.detectors.windows import WindowError
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.replay import replay_trace
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import CounterSpec, Snapshot, Symptom, encode
+from fabricwatch.schemas.messages import CounterSpec, Periods, Snapshot, Symptom, decode, encode
 from fabricwatch.schemas.topology import Device, Topology
+from fabricwatch.streams.stages import Stage1Worker
 
 NS = 1_000_000_000
 T0 = 1_767_225_600 * NS
@@ -211,3 +213,47 @@ def test_a_stretch_on_a_host_no_job_is_known_to_run_on_is_no_finding():
     said = [s for s in run(rates) if s.active]
     assert said and said[0].group == "stretched"  # the NIC did stretch
     assert [a for a in events if a.kind == "rhythm"] == []
+
+
+def test_every_judgment_that_reads_a_period_is_taken_for_the_store_once():
+    """``fabric.rhythm``: the period at each judgment, not only when it changes, so that a job's
+    rhythm can be drawn over time; a judgment with no rhythm sends nothing (unknown, not zero)."""
+    t = np.arange(1200.0)
+    detector = TrafficRhythm(RhythmConfig())
+    run(np.where(t >= 600, steps(t, 7.8), steps(t, 6.0)), detector)
+    taken = detector.take_periods()
+    assert detector.take_periods() is None, "taken once"
+    assert set(taken.devices) == {"h001/mlx5_0"}
+    at, period = (np.array(taken.ts_ns) - T0) / NS, np.array(taken.period_s)
+    assert np.diff(at).min() >= RhythmConfig().every_s - 1
+    assert np.median(period[at < 600]) == pytest.approx(6.0, abs=0.1)
+    assert np.median(period[at >= 600 + RhythmConfig().window_s]) == pytest.approx(7.8, abs=0.2)
+    assert taken.usual_s[0] is None, "read before a usual period was learned"
+    assert taken.usual_s[-1] == pytest.approx(6.0, abs=0.1), "the stretch is said, not learned"
+    noise = TrafficRhythm(RhythmConfig())
+    run(2e9 + 1e9 * np.random.default_rng(5).random(600), noise)
+    assert noise.take_periods() is None
+
+
+def test_a_stage1_worker_sends_the_periods_for_the_store():
+    """What ``fabric.rhythm`` carries from a worker, decoded as the sink decodes it."""
+    t = np.arange(400)
+    sent = np.cumsum(steps(t.astype(float), 6.0) / 2).astype(np.uint64)
+    snaps = [
+        encode(Snapshot("h001/mlx5_0", "nic", T0 + int(s) * NS, list(SPECS), ["1"], [[int(b), int(b)]]))
+        for s, b in zip(t, sent, strict=True)
+    ]
+    worker, out = Stage1Worker(DetectorConfig()), []
+    for i in range(0, len(snaps), 50):
+        out += worker.process(snaps[i : i + 50], ["fabric.counters/0"] * len(snaps[i : i + 50])).periods
+    said = [decode(k.value, Periods) for k in out]
+    assert said and all(k.key == b"h001/mlx5_0" for k in out)
+    assert [p for m in said for p in m.period_s] == pytest.approx(
+        [6.0] * sum(len(m.devices) for m in said), abs=0.1
+    )
+    quiet = Stage1Worker(DetectorConfig(), rates=False)
+    assert not [
+        k
+        for i in range(0, len(snaps), 50)
+        for k in quiet.process(snaps[i : i + 50], ["fabric.counters/0"] * 50).periods
+    ]

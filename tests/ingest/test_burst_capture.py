@@ -86,7 +86,7 @@ def test_a_1ms_capture_puts_each_burst_in_the_milliseconds_it_was_sent_and_count
     )
     log = json.loads(sending.communicate(timeout=30)[0])
     origin, t_ns, values = json.loads(capturing.communicate(timeout=30)[0])
-    cap = Capture("fw0", 0, origin, np.array(t_ns), np.array(values, dtype=np.uint64))
+    cap = Capture("fw0", time.time_ns(), origin, np.array(t_ns), np.array(values, dtype=np.uint64))
     prof = profile(cap, line_Bps=10e9 / 8, period_s=0.001)
 
     assert prof.achieved_period_s == pytest.approx(0.001, rel=0.05)

@@ -21,6 +21,7 @@ from fabricwatch.schemas.messages import (
     Anomaly,
     CommGraph,
     DecodeError,
+    Periods,
     Phase,
     PortRates,
     Topology,
@@ -293,3 +294,32 @@ def test_the_sink_waits_for_a_server_that_is_down_when_it_starts(tmp_path, caplo
 
     stop.set()  # stopped while waiting: no store, no error
     assert open_store("clickhouse://127.0.0.1:1/none", stop) is None
+
+
+def test_the_sink_stores_each_nic_s_periods_once_and_a_bad_one_costs_only_itself(broker, tmp_path):
+    """``fabric.rhythm`` (issue 36): what a stage-1 worker publishes of its rhythm judgments lands in
+    ``nic_periods``; a message delivered twice merges away, an undecodable one is counted."""
+    ensure_topics(broker, [topics.RHYTHM])
+    t0 = (time.time_ns() - 3600 * 10**9) // 10**9 * 10**9
+    first = Periods(
+        ["h000/mlx5_0", "h001/mlx5_0"], [t0, t0], [6.0, 6.1], [0.8, 0.7], [None, 6.0], [1e9, None]
+    )
+    second = Periods(["h000/mlx5_0"], [t0 + 30 * 10**9], [7.8], [0.75], [6.0], [9e8])
+    pub = Publisher(broker)
+    for m in (first, second, first):
+        pub.send(topics.RHYTHM, m.devices[0], encode(m), m.ts_ns[0])
+    pub.send(topics.RHYTHM, "bad", encode(second).replace(b"7.8", b"-7.8"), t0)
+    pub.close()
+    with Store.open(tmp_path / "store") as store:
+        consumer = StoreConsumer(broker, store, "sink-rhythm", consumer_options=TANSU)
+        stats = consumer.run(idle_exit_s=3.0)
+        assert stats.malformed == 1
+        rows = store.query(
+            "SELECT device, ts_ns, period_s, usual_s, rate_Bps FROM nic_periods FINAL ORDER BY device, ts_ns"
+        )
+    assert [(d, int(t) - t0, round(p, 2)) for d, t, p, _, _ in rows] == [
+        ("h000/mlx5_0", 0, 6.0),
+        ("h000/mlx5_0", 30 * 10**9, 7.8),
+        ("h001/mlx5_0", 0, 6.1),
+    ]
+    assert rows[0][3] is None and rows[2][4] is None, "unknown is NULL, not zero"
