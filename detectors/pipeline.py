@@ -74,9 +74,9 @@ class Pipeline:
     on_frame: Callable[[RateFrame], None] | None = None
     """Called with every rate frame (e.g. to store rates); None costs nothing."""
     on_context: Callable[[PhaseMessage | Topology], None] | None = None
+    """Called with every decoded phase, communication graph and topology (e.g. to store them)."""
     on_periods: Callable[[Periods], None] | None = None
     """Called with the traffic periods stage 1 judged, at each tick (e.g. to store them)."""
-    """Called with every decoded phase, communication graph and topology (e.g. to store them)."""
     registry: Registry = REGISTRY
     """The detectors both stages run (the shipped ones; a test adds its own)."""
 

@@ -16,7 +16,7 @@ optic, a port at the wrong speed) are given a device's poll when they say it is 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
@@ -29,6 +29,12 @@ from fabricwatch.detectors.spec import DeviceDetector, PacedDetector, Poll, Reco
 from fabricwatch.detectors.windows import WindowedDetector, WindowError
 from fabricwatch.schemas.messages import Snapshot, Symptom, Topology
 from fabricwatch.schemas.periods import Periods
+
+
+class PeriodJudge(Protocol):
+    """A detector that judges periods for the store as well as symptoms (``traffic_rhythm.py``)."""
+
+    def take_periods(self) -> list[Periods]: ...
 
 
 class Stage1:
@@ -46,7 +52,7 @@ class Stage1:
         self._recorders: dict[str, list[Recorder]] = {"nic": [], "switch": []}
         self._windowed: dict[str, WindowedDetector] = {}
         """Detectors that judge a device over a window, by name: their windows move with the device."""
-        self._periodic: list[Any] = []
+        self._periodic: list[PeriodJudge] = []
         """Detectors that judge periods for the store (``take_periods``)."""
         for spec in registry.device:
             detector = spec.make(self.config)  # type: ignore[misc]
@@ -139,7 +145,7 @@ class Stage1:
 
     def take_periods(self) -> list[Periods]:
         """The traffic periods judged since the last call (``fabric.rhythm``, for the store)."""
-        return [p for d in self._periodic if (p := d.take_periods()) is not None]
+        return [p for d in self._periodic for p in d.take_periods()]
 
     def flush(self, now_ns: int, by_source: Mapping[str, int] | None = None) -> list[Symptom]:
         """Symptoms the learned outlier detector held back for batch scoring, and those of the

@@ -75,6 +75,8 @@ _NS = 1_000_000_000
 PERIODS_KEPT = 100_000
 """Judgments kept for the store between two takes: a minute of 50,000 NICs judged every 30 s.
 Past it the oldest go (the store misses a point of a series, nothing else)."""
+PERIODS_PER_MESSAGE = 4096
+"""NICs in one ``Periods`` message: some 400 KB of JSON."""
 
 
 class RhythmConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -160,14 +162,19 @@ class TrafficRhythm(Pacer):
     def drop_window(self, device: str) -> None:
         self._nics.pop(device, None)
 
-    def take_periods(self) -> Periods | None:
-        """The periods judged since the last call, for the store (``fabric.rhythm``); None: none."""
-        if not self._periods:
-            return None
-        devices, ts_ns, period, strength, usual, rate = zip(*self._periods, strict=True)
+    def take_periods(self) -> list[Periods]:
+        """The periods judged since the last call, for the store (``fabric.rhythm``), in messages
+        of at most ``PERIODS_PER_MESSAGE`` NICs (a broker's message limit is a megabyte)."""
+        taken = list(self._periods)
         self._periods.clear()
-        usual, rate = [known(x) for x in usual], [known(x) for x in rate]
-        return Periods(list(devices), list(ts_ns), list(period), list(strength), usual, rate)
+        out = []
+        for at in range(0, len(taken), PERIODS_PER_MESSAGE):
+            devices, ts_ns, period, strength, usual, rate = zip(
+                *taken[at : at + PERIODS_PER_MESSAGE], strict=True
+            )
+            usual, rate = [known(x) for x in usual], [known(x) for x in rate]
+            out.append(Periods(list(devices), list(ts_ns), list(period), list(strength), usual, rate))
+        return out
 
     def record(self, poll: Poll) -> None:
         """Note the NIC's bytes sent and received this poll (NaN: none read). Every poll of every
