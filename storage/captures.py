@@ -29,19 +29,24 @@ class Captured:
     per_bin: dict[str, np.ndarray]
 
 
+WHY_SQL = (
+    "SELECT fingerprint, any(kind) AS kind, any(root_device) AS d, any(root_port) AS p "
+    "FROM anomalies_latest GROUP BY fingerprint"
+)
+"""Each incident's kind and root, to join a capture's ``trigger`` with (the report and the
+``fw-capacity`` dashboard read the same)."""
+ASKED_BY_SQL = "if(c.trigger = '', '', concat(a.kind, ' at ', a.d, if(a.p = '', '', concat(' ', a.p))))"
+"""What asked for capture ``c``: the incident ``a`` (``WHY_SQL``) by kind and root, empty by hand."""
+
+
 def captures(store: Store, lo: int, hi: int, limit: int = 8) -> list[Captured]:
     """The newest ``limit`` captures begun in ``[lo, hi]``, oldest first."""
-    why = (
-        "SELECT fingerprint, any(kind) AS kind, any(root_device) AS d, any(root_port) AS p "
-        "FROM anomalies_latest GROUP BY fingerprint"
-    )
     rows = store.query(
-        "SELECT c.host, c.netdev, c.start_ns, if(c.trigger = '', '', "
-        "concat(a.kind, ' at ', a.d, if(a.p = '', '', concat(' ', a.p)))), c.line_Bps, c.bin_s, "
+        f"SELECT c.host, c.netdev, c.start_ns, {ASKED_BY_SQL}, c.line_Bps, c.bin_s, "
         "c.rx_peak_Bps, c.tx_peak_Bps, c.rx_p99_Bps, c.tx_p99_Bps, c.rx_mean_Bps, c.tx_mean_Bps, "
         "c.rx_hot_s, c.tx_hot_s, c.rx_bursts, c.tx_bursts, c.rx_per_bin_Bps, c.tx_per_bin_Bps "
         f"FROM (SELECT DISTINCT * FROM burst_profiles WHERE start_ns BETWEEN {lo} AND {hi}) AS c "
-        f"LEFT JOIN ({why}) AS a ON c.trigger = a.fingerprint "
+        f"LEFT JOIN ({WHY_SQL}) AS a ON c.trigger = a.fingerprint "
         f"ORDER BY c.start_ns DESC LIMIT {int(limit)}"
     )
     out = []

@@ -4,13 +4,18 @@ minute of bursts): every panel has rows, and each names the ports that did it.""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from helpers.dashboard_queries import DASHBOARDS, INTERVAL_S, resolve_variables, run_panel, stored_span
 from helpers.replayed_store import an_hour_ago, trace_into_store
 
 from fabricwatch.dashboards.macros import QueryContext, expand
 from fabricwatch.detectors.config import DetectorConfig
+from fabricwatch.ingest.nic.burst import capture, profile
 from fabricwatch.ingest.simulator import load_scenario, simulate
+from fabricwatch.schemas.messages import BurstProfile
+from fabricwatch.storage.captures import ASKED_BY_SQL, WHY_SQL
+from fabricwatch.storage.sink import Sink
 
 pytestmark = pytest.mark.slow  # a simulated scenario replayed into chdb
 
@@ -47,8 +52,21 @@ def store(tmp_path_factory):
     path.write_text(SCENARIO)
     simulate(load_scenario(path, {"start_time": an_hour_ago()}), tmp / "trace.gz")
     filled, _ = trace_into_store(tmp / "trace.gz", tmp)
+    with Sink(filled) as sink:
+        sink.add(capture_for_the_burst_finding(filled))
     yield filled
     filled.close()
+
+
+def capture_for_the_burst_finding(store) -> BurstProfile:
+    """A real capture (of this machine's loopback) as the host behind the bursting port would have
+    published it when the microburst finding opened (``collect burst --on-incident``)."""
+    ((fingerprint, start_ns),) = store.query(
+        "SELECT fingerprint, min(start_ns) FROM anomalies_latest "
+        "WHERE kind = 'microbursts' GROUP BY fingerprint"
+    )
+    taken = profile(capture("lo", 0.001, 0.1), 100e9 / 8, 0.001)
+    return msgspec.structs.replace(taken, start_ns=int(start_ns) + 10**9, host="h006", trigger=fingerprint)
 
 
 def panel(store, title_start: str) -> list[tuple]:
@@ -87,3 +105,12 @@ def test_the_bursting_queue_and_both_kinds_of_finding(store):
     assert 300 <= open_s <= OPEN_BOUND_S and most > 0.95 and peak > 150_000
     found = {(r[0], r[1], r[2]) for r in panel(store, "Capacity and microburst findings")}
     assert found == {("leaf00", p, "capacity") for _, p in HOT} | {("leaf00", "Ethernet48", "microbursts")}
+
+
+def test_the_capture_the_finding_asked_for_is_listed_with_it(store):
+    """Issue 36, item 3: the dashboard shows a burst capture beside the poll-rate view, naming the
+    incident that asked for it as the report does (the same join)."""
+    ((_, host, netdev, asked, *_),) = panel(store, "Burst captures")
+    assert (host, netdev, asked) == ("h006", "lo", "microbursts at leaf00 Ethernet48")
+    (p,) = [p for p in DASHBOARDS[UID]["panels"] if p["title"].startswith("Burst captures")]
+    assert ASKED_BY_SQL in p["targets"][0]["rawSql"] and WHY_SQL in p["targets"][0]["rawSql"]
