@@ -38,6 +38,7 @@ import numpy as np
 from fabricwatch.detectors.evidence import evidence, seen_now
 from fabricwatch.detectors.incast import EcnBand, IncastConfig
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
+from fabricwatch.detectors.nic_bursts import describe_nic_side
 from fabricwatch.detectors.rates import RateFrame
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
 from fabricwatch.detectors.windows import DeviceWindows, window_delay
@@ -251,6 +252,7 @@ def describe(
 ) -> None:
     own = seen_now(incident, [s for s in group.members if s.kind == "microburst"])
     if not own:
+        describe_nic_side(d, incident, group)
         return
     latest = max(own, key=lambda s: s.ts_ns)
     ev = latest.evidence
