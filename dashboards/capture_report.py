@@ -55,6 +55,7 @@ def capture_table(taken: list[Captured]) -> str:
                 pct(c, c.mean),
                 " / ".join(f"{c.hot_s[s] * 1e3:.0f} ms" for s in ("rx", "tx")),
                 " / ".join(str(c.bursts[s]) for s in ("rx", "tx")),
+                "unknown" if c.ecn_marked is None else f"{c.ecn_marked} / {c.cnp_sent}",
             )
         )
         + "</tr>"
@@ -64,10 +65,11 @@ def capture_table(taken: list[Captured]) -> str:
 <p>Interfaces sampled every millisecond or faster for a few seconds (<code>fabricwatch collect
 burst</code>, by hand or when an incident opened on the host): per direction (rx / tx), the busiest
 millisecond, the 99th percentile and the mean (what a poll reads) as shares of line rate, the time
-at 90 % of it or more and the bursts (runs of milliseconds at half of it or more). Per millisecond:
+at 90 % of it or more, the bursts (runs of milliseconds at half of it or more) and, on an RDMA NIC,
+the ECN-marked packets it received and the CNPs it sent back (unknown elsewhere). Per millisecond:
 <code>capture-*.png</code>.</p>
 <table><tr><th>when</th><th>interface</th><th>asked for by</th><th>busiest ms</th><th>p99 ms</th>
-<th>mean</th><th>at 90 % or more</th><th>bursts</th></tr>
+<th>mean</th><th>at 90 % or more</th><th>bursts</th><th>ECN-marked / CNPs sent</th></tr>
 {rows}
 </table>
 """

@@ -43,6 +43,11 @@ class BurstProfile(msgspec.Struct, tag="burst_profile", tag_field="type", frozen
     tx_packets: int
     host: str = ""
     trigger: str = ""
+    ecn_marked_packets: int | None = None
+    """ECN-marked RoCE packets received over the capture (None: no RDMA port to read them from)."""
+    cnp_sent: int | None = None
+    ecn_per_bin_pps: list[float] = msgspec.field(default_factory=list)
+    """ECN-marked packets a second, per bin (empty where unknown)."""
     v: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:

@@ -27,6 +27,9 @@ class Captured:
     hot_s: dict[str, float]
     bursts: dict[str, int]
     per_bin: dict[str, np.ndarray]
+    ecn_marked: int | None
+    """ECN-marked packets received over the capture, CNPs sent (None: no RDMA port read)."""
+    cnp_sent: int | None
 
 
 WHY_SQL = (
@@ -44,7 +47,8 @@ def captures(store: Store, lo: int, hi: int, limit: int = 8) -> list[Captured]:
     rows = store.query(
         f"SELECT c.host, c.netdev, c.start_ns, {ASKED_BY_SQL}, c.line_Bps, c.bin_s, "
         "c.rx_peak_Bps, c.tx_peak_Bps, c.rx_p99_Bps, c.tx_p99_Bps, c.rx_mean_Bps, c.tx_mean_Bps, "
-        "c.rx_hot_s, c.tx_hot_s, c.rx_bursts, c.tx_bursts, c.rx_per_bin_Bps, c.tx_per_bin_Bps "
+        "c.rx_hot_s, c.tx_hot_s, c.rx_bursts, c.tx_bursts, c.rx_per_bin_Bps, c.tx_per_bin_Bps, "
+        "c.ecn_marked_packets, c.cnp_sent "
         f"FROM (SELECT DISTINCT * FROM burst_profiles WHERE start_ns BETWEEN {lo} AND {hi}) AS c "
         f"LEFT JOIN ({WHY_SQL}) AS a ON c.trigger = a.fingerprint "
         f"ORDER BY c.start_ns DESC LIMIT {int(limit)}"
@@ -68,6 +72,8 @@ def captures(store: Store, lo: int, hi: int, limit: int = 8) -> list[Captured]:
                 hot,
                 {k: int(v) for k, v in bursts.items()},
                 {k: np.asarray(v, dtype=np.float64) for k, v in per_bin.items()},
+                None if r[18] is None else int(r[18]),
+                None if r[19] is None else int(r[19]),
             )
         )
     return out

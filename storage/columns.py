@@ -141,6 +141,9 @@ def profile_columns(profiles: list[BurstProfile]) -> dict:
         "samples": np.array([p.samples for p in profiles], dtype=np.uint32),
         "rx_packets": np.array([p.rx_packets for p in profiles], dtype=np.uint64),
         "tx_packets": np.array([p.tx_packets for p in profiles], dtype=np.uint64),
+        "ecn_marked_packets": [p.ecn_marked_packets for p in profiles],
+        "cnp_sent": [p.cnp_sent for p in profiles],
+        "ecn_per_bin_pps": [p.ecn_per_bin_pps for p in profiles],
     }
     for side in ("rx", "tx"):
         d = [getattr(p, side) for p in profiles]

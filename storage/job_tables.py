@@ -187,6 +187,9 @@ def burst_profiles(g: DDL) -> list[str]:
         *per_direction,
         "rx_packets UInt64",
         "tx_packets UInt64",
+        "ecn_marked_packets Nullable(UInt64)",
+        "cnp_sent Nullable(UInt64)",
+        "ecn_per_bin_pps Array(Float32)",
     ]
     return g.table(
         "burst_profiles",

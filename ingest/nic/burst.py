@@ -30,6 +30,9 @@ from fabricwatch.schemas.burst_profile import BurstProfile, DirectionProfile
 from fabricwatch.schemas.messages import Anomaly
 
 COUNTERS = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets")
+RDMA_COUNTERS = ("np_ecn_marked_roce_packets", "np_cnp_sent")
+"""Read as well where the interface is an RDMA NIC's (mlx5's ``hw_counters``, the same pread): the
+ECN-marked RoCE packets it received and the CNPs it sent back, the congestion its bursts met."""
 SPIN_S = 200e-6
 """The last stretch before a sample's due time is spun, not slept: a sleep overshoots by 50-100 µs."""
 MIN_PERIOD_S = 50e-6
@@ -52,6 +55,8 @@ class Capture:
     origin_ns: int
     t_ns: np.ndarray
     values: np.ndarray
+    """Per sample ``COUNTERS``, then ``RDMA_COUNTERS`` where ``rdma``."""
+    rdma: bool = False
 
 
 def capture(
@@ -66,10 +71,13 @@ def capture(
         raise CaptureError(f"period {period_s:g} s: must be {MIN_PERIOD_S * 1e6:g} µs to 1 s")
     if not period_s < seconds <= MAX_SECONDS:
         raise CaptureError(f"seconds {seconds:g}: must be above the period and at most {MAX_SECONDS:g}")
-    fds = _open(sys_class_net / netdev / "statistics", netdev)
+    fds = _open(sys_class_net / netdev / "statistics", netdev, COUNTERS)
+    hw = _rdma_port(sys_class_net / netdev)
+    if hw is not None:
+        fds += _open(hw, netdev, RDMA_COUNTERS)
     n = int(seconds / period_s) + 1
     t_ns = np.zeros(n, dtype=np.int64)
-    values = np.zeros((n, len(COUNTERS)), dtype=np.uint64)
+    values = np.zeros((n, len(fds)), dtype=np.uint64)
     period_ns, spin_ns = round(period_s * 1e9), round(SPIN_S * 1e9)
     wall = time.time_ns()
     try:
@@ -91,7 +99,7 @@ def capture(
     finally:
         for fd in fds:
             os.close(fd)
-    return Capture(netdev, wall, int(t_ns[0]), t_ns[:taken] - t_ns[0], values[:taken])
+    return Capture(netdev, wall, int(t_ns[0]), t_ns[:taken] - t_ns[0], values[:taken], hw is not None)
 
 
 def profile(cap: Capture, line_Bps: float, period_s: float, bin_s: float = 1e-3) -> BurstProfile:
@@ -101,9 +109,17 @@ def profile(cap: Capture, line_Bps: float, period_s: float, bin_s: float = 1e-3)
         raise CaptureError(f"{cap.netdev}: fewer than two samples")
     edges = np.arange(0.0, t[-1] + bin_s / 2, bin_s)
     cumulative = cap.values.astype(np.float64) - cap.values[0].astype(np.float64)
-    at = np.column_stack([np.interp(edges, t, cumulative[:, k]) for k in range(len(COUNTERS))])
+    at = np.column_stack([np.interp(edges, t, cumulative[:, k]) for k in range(cumulative.shape[1])])
     per_bin = np.diff(at, axis=0) / bin_s
-    col = {name: k for k, name in enumerate(COUNTERS)}
+    col = {name: k for k, name in enumerate(COUNTERS + (RDMA_COUNTERS if cap.rdma else ()))}
+    congestion = {}
+    if cap.rdma:
+        marked = col["np_ecn_marked_roce_packets"]
+        congestion = {
+            "ecn_marked_packets": int(cumulative[-1, marked]),
+            "cnp_sent": int(cumulative[-1, col["np_cnp_sent"]]),
+            "ecn_per_bin_pps": [round(float(r), 1) for r in per_bin[:, marked]],
+        }
     return BurstProfile(
         netdev=cap.netdev,
         start_ns=cap.wall_start_ns,
@@ -117,6 +133,7 @@ def profile(cap: Capture, line_Bps: float, period_s: float, bin_s: float = 1e-3)
         tx=_direction(per_bin[:, col["tx_bytes"]], line_Bps, bin_s),
         rx_packets=int(cumulative[-1, col["rx_packets"]]),
         tx_packets=int(cumulative[-1, col["tx_packets"]]),
+        **congestion,
     )
 
 
@@ -141,10 +158,19 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(change[0::2].tolist(), change[1::2].tolist(), strict=True))
 
 
-def _open(statistics: Path, netdev: str) -> list[int]:
+def _rdma_port(interface: Path) -> Path | None:
+    """The ``hw_counters`` of the RDMA port behind a network interface (``device/infiniband/<dev>/
+    ports/<n>``), None for an interface that has none (a veth, a NIC without RDMA)."""
+    for hw in sorted((interface / "device" / "infiniband").glob("*/ports/*/hw_counters")):
+        if all((hw / name).is_file() for name in RDMA_COUNTERS):
+            return hw
+    return None
+
+
+def _open(statistics: Path, netdev: str, names: tuple[str, ...]) -> list[int]:
     fds: list[int] = []
     try:
-        fds.extend(os.open(statistics / name, os.O_RDONLY | os.O_CLOEXEC) for name in COUNTERS)
+        fds.extend(os.open(statistics / name, os.O_RDONLY | os.O_CLOEXEC) for name in names)
     except OSError as exc:
         for fd in fds:
             os.close(fd)

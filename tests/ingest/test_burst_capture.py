@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from fabricwatch.ingest.nic.burst import RDMA_COUNTERS as RDMA
 from fabricwatch.ingest.nic.burst import CaptureError, capture, profile
 
 pytestmark = [
@@ -127,3 +128,44 @@ def test_the_command_prints_one_profile_per_interface_and_fails_for_one_it_canno
         "fabricwatch collect burst: nosuch0: cannot read /sys/class/net/nosuch0/statistics: "
         "No such file or directory"
     )
+
+
+def test_an_rdma_nic_s_ecn_marks_and_cnps_are_captured_beside_its_bytes(tmp_path):
+    """Where the interface is an RDMA NIC's, its port's ``hw_counters`` (mlx5: ECN-marked RoCE
+    packets received, CNPs sent) are sampled too, with the same pread: a sysfs tree of that shape
+    whose counters a writer thread moves while the capture runs (a real NIC's files are the
+    kernel's; this machine has none). An interface without one (loopback) says unknown."""
+    import threading
+
+    net = tmp_path / "net"
+    stats = net / "fake0" / "statistics"
+    hw = net / "fake0" / "device" / "infiniband" / "mlx5_0" / "ports" / "1" / "hw_counters"
+    for folder, names in ((stats, ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets")), (hw, RDMA)):
+        folder.mkdir(parents=True)
+        for name in names:
+            (folder / name).write_text(f"{0:020d}\n")
+    marks = [(0.05, 300), (0.15, 500)]  # (when, how many), as a burst's marks arrive
+
+    def writer(start: float) -> None:
+        fd = os.open(hw / "np_ecn_marked_roce_packets", os.O_WRONLY)
+        total = 0
+        for at, count in marks:
+            time.sleep(max(0.0, start + at - time.monotonic()))
+            total += count
+            os.pwrite(fd, f"{total:020d}\n".encode(), 0)
+        os.close(fd)
+        (hw / "np_cnp_sent").write_text(f"{40:020d}\n")  # in place: same inode, same length
+
+    moving = threading.Thread(target=writer, args=(time.monotonic(),))
+    moving.start()
+    cap = capture("fake0", 0.001, 0.3, sys_class_net=net)
+    moving.join()
+    prof = profile(cap, 100e9 / 8, 0.001)
+    assert (prof.ecn_marked_packets, prof.cnp_sent) == (800, 40)
+    marked = np.array(prof.ecn_per_bin_pps) * prof.bin_s
+    assert marked.sum() == pytest.approx(800, abs=1)
+    for at, count in marks:
+        near = marked[max(0, int(at * 1e3) - 5) : int(at * 1e3) + 10]
+        assert near.sum() >= 0.95 * count, "the marks in the milliseconds they came"
+    plain = profile(capture("lo", 0.001, 0.05), 100e9 / 8, 0.001)
+    assert (plain.ecn_marked_packets, plain.cnp_sent, plain.ecn_per_bin_pps) == (None, None, [])
