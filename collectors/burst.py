@@ -5,9 +5,10 @@ incident fires naming this host (``watch_incidents``), each profile handed to th
 
 from __future__ import annotations
 
-import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
@@ -15,9 +16,7 @@ from fabricwatch.collectors.frame import Frame
 from fabricwatch.ingest.nic.burst import CaptureError, IncidentTrigger, capture, profile
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Anomaly, BurstProfile, DecodeError, decode
-from fabricwatch.streams.kafka_io import BrokerSettings
-
-log = logging.getLogger(__name__)
+from fabricwatch.streams.kafka_io import BrokerSettings, ensure_topics
 
 TOPICS = (topics.BURSTS,)
 
@@ -52,41 +51,61 @@ def watch_incidents(s: BurstSettings, frame: Frame, broker: BrokerSettings) -> i
     """Read ``fabric.anomalies`` from its end, without a group (every host reads every incident),
     and capture the interfaces when ``IncidentTrigger`` says so; until the frame is stopped or
     ``max_captures``. Returns the captures made."""
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import KafkaConsumer
 
+    ensure_topics(broker, [topics.ANOMALIES])  # the watcher may start before any worker
     trigger = IncidentTrigger(s.host, s.cooldown_s)
-    consumer = KafkaConsumer(**broker.kafka_kwargs(), enable_auto_commit=False)
-    captures = malformed = 0
+    incidents = _Incidents(KafkaConsumer(**broker.kafka_kwargs(), enable_auto_commit=False), frame)
+    captures = 0
     try:
-        parts = [
-            TopicPartition(topics.ANOMALIES, p) for p in consumer.partitions_for_topic(topics.ANOMALIES) or ()
-        ]
-        consumer.assign(parts)
-        consumer.seek_to_end(*parts)
-        for tp in parts:
-            consumer.position(tp)
+        incidents.from_the_end()
         frame.say(f"watching {topics.ANOMALIES} for incidents on {s.host}")
         while not frame.stop.is_set() and not (s.max_captures and captures >= s.max_captures):
-            for records in consumer.poll(timeout_ms=500).values():
-                for rec in records:
-                    try:
-                        anomaly = decode(rec.value, Anomaly)
-                    except DecodeError as exc:
-                        malformed += 1
-                        if malformed == 1:
-                            frame.warn(f"malformed incident skipped (reported once): {exc}")
-                        continue
-                    if not trigger.wants(anomaly, time.monotonic()):
-                        continue
-                    taken, failed = capture_all(s, anomaly.fingerprint)
-                    for text in failed:
-                        frame.warn(text)
-                    for prof in taken:
-                        frame.put(topics.BURSTS, prof.host, prof, prof.start_ns)
-                        frame.say(f"captured {prof.netdev} for {anomaly.kind} {anomaly.fingerprint}")
-                    if frame.publisher is not None:
-                        frame.publisher.flush()
+            for anomaly in incidents.poll():
+                if trigger.wants(anomaly, time.monotonic()):
+                    _capture_for(s, anomaly, frame)
                     captures += 1
     finally:
-        consumer.close()
+        incidents.consumer.close()
     return captures
+
+
+@dataclass
+class _Incidents:
+    """``fabric.anomalies`` decoded; a message that is not an incident costs only itself: counted,
+    and said once."""
+
+    consumer: Any
+    frame: Frame
+    malformed: int = 0
+
+    def from_the_end(self) -> None:
+        from kafka import TopicPartition
+
+        numbers = self.consumer.partitions_for_topic(topics.ANOMALIES) or ()
+        parts = [TopicPartition(topics.ANOMALIES, p) for p in numbers]
+        self.consumer.assign(parts)
+        self.consumer.seek_to_end(*parts)
+        for tp in parts:
+            self.consumer.position(tp)
+
+    def poll(self) -> Iterator[Anomaly]:
+        for records in self.consumer.poll(timeout_ms=500).values():
+            for rec in records:
+                try:
+                    yield decode(rec.value, Anomaly)
+                except DecodeError as exc:
+                    self.malformed += 1
+                    if self.malformed == 1:
+                        self.frame.warn(f"malformed incident skipped (reported once): {exc}")
+
+
+def _capture_for(s: BurstSettings, anomaly: Anomaly, frame: Frame) -> None:
+    taken, failed = capture_all(s, anomaly.fingerprint)
+    for text in failed:
+        frame.warn(text)
+    for prof in taken:
+        frame.put(topics.BURSTS, prof.host, prof, prof.start_ns)
+        frame.say(f"captured {prof.netdev} for {anomaly.kind} {anomaly.fingerprint}")
+    if frame.publisher is not None:
+        frame.publisher.flush()
