@@ -48,6 +48,9 @@ class BurstProfile(msgspec.Struct, tag="burst_profile", tag_field="type", frozen
     cnp_sent: int | None = None
     ecn_per_bin_pps: list[float] = msgspec.field(default_factory=list)
     """ECN-marked packets a second, per bin (empty where unknown)."""
+    ecn_refresh_s: float | None = None
+    """How often the kernel refreshed those counters (``hw_counters/lifespan``): the marks per bin
+    are no finer than that (None: not said)."""
     v: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:

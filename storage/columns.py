@@ -144,6 +144,7 @@ def profile_columns(profiles: list[BurstProfile]) -> dict:
         "ecn_marked_packets": [p.ecn_marked_packets for p in profiles],
         "cnp_sent": [p.cnp_sent for p in profiles],
         "ecn_per_bin_pps": [p.ecn_per_bin_pps for p in profiles],
+        "ecn_refresh_s": [p.ecn_refresh_s for p in profiles],
     }
     for side in ("rx", "tx"):
         d = [getattr(p, side) for p in profiles]

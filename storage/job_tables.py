@@ -190,6 +190,7 @@ def burst_profiles(g: DDL) -> list[str]:
         "ecn_marked_packets Nullable(UInt64)",
         "cnp_sent Nullable(UInt64)",
         "ecn_per_bin_pps Array(Float32)",
+        "ecn_refresh_s Nullable(Float32)",
     ]
     return g.table(
         "burst_profiles",

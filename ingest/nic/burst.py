@@ -32,7 +32,9 @@ from fabricwatch.schemas.messages import Anomaly
 COUNTERS = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets")
 RDMA_COUNTERS = ("np_ecn_marked_roce_packets", "np_cnp_sent")
 """Read as well where the interface is an RDMA NIC's (mlx5's ``hw_counters``, the same pread): the
-ECN-marked RoCE packets it received and the CNPs it sent back, the congestion its bursts met."""
+ECN-marked RoCE packets it received and the CNPs it sent back, the congestion its bursts met. The
+kernel caches them for the port's ``hw_counters/lifespan`` (10 ms by default; each refresh is a few
+firmware commands), so their per-millisecond view is only as fine as that, which the profile says."""
 SPIN_S = 200e-6
 """The last stretch before a sample's due time is spun, not slept: a sleep overshoots by 50-100 µs."""
 MIN_PERIOD_S = 50e-6
@@ -57,6 +59,8 @@ class Capture:
     values: np.ndarray
     """Per sample ``COUNTERS``, then ``RDMA_COUNTERS`` where ``rdma``."""
     rdma: bool = False
+    rdma_refresh_s: float | None = None
+    """How often the kernel refreshed the ``RDMA_COUNTERS`` (their ``lifespan``; None: not said)."""
 
 
 def capture(
@@ -99,7 +103,10 @@ def capture(
     finally:
         for fd in fds:
             os.close(fd)
-    return Capture(netdev, wall, int(t_ns[0]), t_ns[:taken] - t_ns[0], values[:taken], hw is not None)
+    refresh = None if hw is None else _lifespan_s(hw)
+    return Capture(
+        netdev, wall, int(t_ns[0]), t_ns[:taken] - t_ns[0], values[:taken], hw is not None, refresh
+    )
 
 
 def profile(cap: Capture, line_Bps: float, period_s: float, bin_s: float = 1e-3) -> BurstProfile:
@@ -119,6 +126,7 @@ def profile(cap: Capture, line_Bps: float, period_s: float, bin_s: float = 1e-3)
             "ecn_marked_packets": int(cumulative[-1, marked]),
             "cnp_sent": int(cumulative[-1, col["np_cnp_sent"]]),
             "ecn_per_bin_pps": [round(float(r), 1) for r in per_bin[:, marked]],
+            "ecn_refresh_s": cap.rdma_refresh_s,
         }
     return BurstProfile(
         netdev=cap.netdev,
@@ -165,6 +173,14 @@ def _rdma_port(interface: Path) -> Path | None:
         if all((hw / name).is_file() for name in RDMA_COUNTERS):
             return hw
     return None
+
+
+def _lifespan_s(hw: Path) -> float | None:
+    """The port's ``hw_counters/lifespan`` in seconds (the kernel's cache of those counters)."""
+    try:
+        return int((hw / "lifespan").read_text()) / 1000
+    except (OSError, ValueError):
+        return None
 
 
 def _open(statistics: Path, netdev: str, names: tuple[str, ...]) -> list[int]:

@@ -144,6 +144,7 @@ def test_an_rdma_nic_s_ecn_marks_and_cnps_are_captured_beside_its_bytes(tmp_path
         folder.mkdir(parents=True)
         for name in names:
             (folder / name).write_text(f"{0:020d}\n")
+    (hw / "lifespan").write_text("10\n")  # the kernel's cache of hw_counters, in ms (its default)
     marks = [(0.05, 300), (0.15, 500)]  # (when, how many), as a burst's marks arrive
 
     def writer(start: float) -> None:
@@ -161,11 +162,16 @@ def test_an_rdma_nic_s_ecn_marks_and_cnps_are_captured_beside_its_bytes(tmp_path
     cap = capture("fake0", 0.001, 0.3, sys_class_net=net)
     moving.join()
     prof = profile(cap, 100e9 / 8, 0.001)
-    assert (prof.ecn_marked_packets, prof.cnp_sent) == (800, 40)
+    assert (prof.ecn_marked_packets, prof.cnp_sent, prof.ecn_refresh_s) == (800, 40, 0.01)
     marked = np.array(prof.ecn_per_bin_pps) * prof.bin_s
     assert marked.sum() == pytest.approx(800, abs=1)
     for at, count in marks:
         near = marked[max(0, int(at * 1e3) - 5) : int(at * 1e3) + 10]
         assert near.sum() >= 0.95 * count, "the marks in the milliseconds they came"
     plain = profile(capture("lo", 0.001, 0.05), 100e9 / 8, 0.001)
-    assert (plain.ecn_marked_packets, plain.cnp_sent, plain.ecn_per_bin_pps) == (None, None, [])
+    assert (plain.ecn_marked_packets, plain.cnp_sent, plain.ecn_per_bin_pps, plain.ecn_refresh_s) == (
+        None,
+        None,
+        [],
+        None,
+    )
