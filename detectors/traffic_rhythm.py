@@ -233,7 +233,8 @@ class TrafficRhythm(Pacer):
             return self._open(device, nic, now_ns)  # too little read: unknown, nothing changes
         was = self._states(nic)
         self._judge_stop(nic, series, dt_s, now_ns)
-        if not nic.stopped_since and (period_s := self._judge_period(nic, series, dt_s, now_ns)):
+        period_s = None if nic.stopped_since else self._judge_period(nic, series, dt_s, now_ns)
+        if period_s and math.isfinite(period_s) and math.isfinite(nic.strength):
             self._periods.append((device, now_ns, period_s, nic.strength, nic.usual_s, _known_mean(series)))
         cleared = was - self._states(nic)
         return self._open(device, nic, now_ns) + [

@@ -5,6 +5,8 @@ and set beside the step time its own records give (``docs/capacity.md``)."""
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 
 from fabricwatch.schemas.wire import SCHEMA_VERSION, check_stamp
@@ -32,9 +34,18 @@ class Periods(msgspec.Struct, tag="periods", tag_field="type", omit_defaults=Tru
                 raise ValueError(f"{name} has {len(getattr(self, name))} entries but there are {n} devices")
         for ts_ns in self.ts_ns:
             check_stamp(ts_ns)
-        for period in self.period_s:
-            if not period > 0:
-                raise ValueError(f"period_s has {period}: a period is a positive number of seconds")
+        for name, low in (("period_s", 0.0), ("strength", -1.0), ("usual_s", 0.0), ("rate_Bps", 0.0)):
+            for x in getattr(self, name):
+                if x is not None and not (math.isfinite(x) and x >= low and (name != "period_s" or x > 0)):
+                    raise ValueError(f"{name} has {x}: not a {_WHAT[name]}")
+
+
+_WHAT = {
+    "period_s": "positive number of seconds",
+    "strength": "finite correlation (-1 or more)",
+    "usual_s": "number of seconds",
+    "rate_Bps": "rate (bytes a second, not negative)",
+}
 
 
 def known(x: float) -> float | None:

@@ -121,12 +121,17 @@ def _unknown_counter(rng: random.Random, value: bytes, i: int) -> bytes:
     return msgspec.json.encode(doc)
 
 
+def _moved(stamp: int | list[int], by_ns: float) -> int | list[int]:
+    """A time, or each of a batch's times (``periods``), moved by ``by_ns``."""
+    return [int(t + by_ns) for t in stamp] if isinstance(stamp, list) else int(stamp + by_ns)
+
+
 def _shifted(seconds: float) -> Callable[[random.Random, bytes, int], bytes]:
     def shift(rng: random.Random, value: bytes, i: int) -> bytes:
         doc = _doc(value)  # a real device: its own time is what this kind is about
         for key in ("ts_ns", "begin_ns"):
             if key in doc:
-                doc[key] = int(doc[key] + seconds * NS)
+                doc[key] = _moved(doc[key], seconds * NS)
         doc.pop("end_ns", None)
         return msgspec.json.encode(doc)
 
@@ -137,7 +142,7 @@ def _future(rng: random.Random, value: bytes, i: int) -> bytes:
     doc = _fake(_doc(value), i)
     for key in ("ts_ns", "begin_ns"):
         if key in doc:
-            doc[key] = int(doc[key] + rng.choice([600, 86_400, 10**9]) * NS)
+            doc[key] = _moved(doc[key], rng.choice([600, 86_400, 10**9]) * NS)
     doc.pop("end_ns", None)
     return msgspec.json.encode(doc)
 

@@ -20,6 +20,7 @@ from fabricwatch.schemas.messages import (
     PORT_RATE_COLUMNS,
     Anomaly,
     CommGraph,
+    Periods,
     Phase,
     PortRates,
     RatesBatch,
@@ -204,8 +205,8 @@ def test_an_older_schema_is_upgraded_in_place(store_target, fabric_stream):
         v1 = [m for m in fabric_stream[:half] if not isinstance(m, CommGraph)]  # graphs came with v5
         with Sink(store) as sink:
             feed(sink, [*v1, *(m for m in fabric_stream[half:] if isinstance(m, Anomaly))])
-        assert store.apply_schema() == [2, 3, 4, 5, 6, 7, 8]
-        assert store.schema_version() == 8
+        assert store.apply_schema() == [2, 3, 4, 5, 6, 7, 8, 9]
+        assert store.schema_version() == 9
         # the new table was backfilled from the events stored before the upgrade
         latest = store.query("SELECT fingerprint, status FROM anomalies_latest FINAL ORDER BY fingerprint")
         assert len(latest) == len({a.fingerprint for a in events})
@@ -228,6 +229,8 @@ def test_an_older_schema_is_upgraded_in_place(store_target, fabric_stream):
                 "comm_ranks",
                 "collective_calls",
                 "job_steps",
+                "nic_periods",
+                "burst_profiles",
             }
         )
         assert leftovers == set()
@@ -577,6 +580,17 @@ def test_a_database_newer_than_this_build_is_refused(tmp_path):
         assert store.schema_version() == 99 and count(store, "rates_raw") == 0
 
 
+def periods_of(stream: list, job: str = "llm-a") -> Periods:
+    """What a stage-1 worker would publish had ``job``'s NICs repeated every 6 s (the stream's
+    30 s are shorter than the rhythm detector's window)."""
+    hosts = {h for m in stream if isinstance(m, Phase) and m.job == job for h in m.hosts}
+    topology = next(m for m in stream if isinstance(m, Topology))
+    nics = [n.nic for n in topology.nics if n.host in hosts]
+    at = max(m.ts_ns for m in stream if isinstance(m, PortRates))
+    n = len(nics)
+    return Periods(nics, [at] * n, [6.0] * n, [0.8] * n, [6.0] * n, [1e9] * n)
+
+
 def test_the_documented_queries_run_on_both_backends(store_target, fabric_stream):
     doc = (DOCS / "storage.md").read_text(encoding="utf-8")
     queries = re.findall(r"```sql\n(.*?)```", doc, re.DOTALL)
@@ -585,7 +599,10 @@ def test_the_documented_queries_run_on_both_backends(store_target, fabric_stream
         with Sink(store) as sink:
             # the demo has no NCCL INIT lines, nor timed calls, nor steps
             jobs = [*stored_gather(10**18), *inspector_example_calls("llm-a", 10**18)]
-            feed(sink, [*fabric_stream, *jobs, kineto_example_steps("llm-a", 10**18)])
+            feed(
+                sink,
+                [*fabric_stream, *jobs, kineto_example_steps("llm-a", 10**18), periods_of(fabric_stream)],
+            )
         device = next(
             m.device for m in fabric_stream if isinstance(m, PortRates) and m.device_kind == "switch"
         )

@@ -16,11 +16,14 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from fabricwatch.alerts.config import parse_alerts
 from fabricwatch.alerts.consumer import run_consumer
 from fabricwatch.alerts.receiver import WebhookReceiver
+from fabricwatch.ingest.nic.burst import capture, profile
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import (
     Anomaly,
+    BurstProfile,
     CommGraph,
     DecodeError,
+    Periods,
     PhaseMessage,
     PortRates,
     RatesBatch,
@@ -41,6 +44,8 @@ EXPECTED = {
     topics.TOPOLOGY: Topology,
     topics.RATES: PortRates | RatesBatch,
     topics.ANOMALIES: Anomaly,
+    topics.RHYTHM: Periods,
+    topics.BURSTS: BurstProfile,
 }
 """The message each topic carries, as its readers decode it."""
 SINK, ALERTS = "fabricwatch-sink", "fabricwatch-alerts"
@@ -67,7 +72,16 @@ def samples_of(path, reference_anomaly: Anomaly, rates: PortRates) -> dict[str, 
         for r in reader:
             if r.topic in EXPECTED and not isinstance(decode(r.value()), CommGraph):  # a phase, not a graph
                 found.setdefault(r.topic, r.value())
-    return found | {topics.RATES: encode(rates), topics.ANOMALIES: encode(reference_anomaly)}
+    return found | {
+        topics.RATES: encode(rates),
+        topics.ANOMALIES: encode(reference_anomaly),
+        topics.RHYTHM: encode(
+            Periods(
+                ["h0/mlx5_0", "h1/mlx5_0"], [rates.ts_ns] * 2, [6.0, 4.0], [0.8, 0.7], [None, 4.0], [1e9, 2e9]
+            )
+        ),
+        topics.BURSTS: encode(profile(capture("lo", 0.001, 0.05), 100e9 / 8, 0.001)),
+    }
 
 
 def ends(settings: BrokerSettings, names: list[str]) -> dict[TopicPartition, int]:
