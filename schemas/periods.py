@@ -6,6 +6,7 @@ and set beside the step time its own records give (``docs/capacity.md``)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import msgspec
 
@@ -34,18 +35,19 @@ class Periods(msgspec.Struct, tag="periods", tag_field="type", omit_defaults=Tru
                 raise ValueError(f"{name} has {len(getattr(self, name))} entries but there are {n} devices")
         for ts_ns in self.ts_ns:
             check_stamp(ts_ns)
-        for name, low in (("period_s", 0.0), ("strength", -1.0), ("usual_s", 0.0), ("rate_Bps", 0.0)):
+        for name, ok, what in _FIGURES:
             for x in getattr(self, name):
-                if x is not None and not (math.isfinite(x) and x >= low and (name != "period_s" or x > 0)):
-                    raise ValueError(f"{name} has {x}: not a {_WHAT[name]}")
+                if x is not None and not (math.isfinite(x) and ok(x)):
+                    raise ValueError(f"{name} has {x}: not a {what}")
 
 
-_WHAT = {
-    "period_s": "positive number of seconds",
-    "strength": "finite correlation (-1 or more)",
-    "usual_s": "number of seconds",
-    "rate_Bps": "rate (bytes a second, not negative)",
-}
+_FIGURES: tuple[tuple[str, Callable[[float], bool], str], ...] = (
+    ("period_s", lambda x: x > 0, "positive number of seconds"),
+    ("strength", lambda x: x >= -1, "finite correlation (-1 or more)"),
+    ("usual_s", lambda x: x > 0, "positive number of seconds"),
+    ("rate_Bps", lambda x: x >= 0, "rate (bytes a second, not negative)"),
+)
+"""Each figure's test (``None``, unknown, passes): a NaN or an infinity is never a figure."""
 
 
 def known(x: float) -> float | None:

@@ -160,8 +160,7 @@ class Sink:
         elif isinstance(msg, Periods):
             self.add_periods(msg)
         elif isinstance(msg, BurstProfile):
-            self._profiles.append(msg)
-            self._touch()
+            self.add_profile(msg)
         else:
             self.add_topology(msg)
 
@@ -207,6 +206,10 @@ class Sink:
 
     def add_periods(self, msg: Periods) -> None:
         self._periods.append(msg)
+        self._touch()
+
+    def add_profile(self, msg: BurstProfile) -> None:
+        self._profiles.append(msg)
         self._touch()
 
     def _add_ranks(self, job: str, comm: str, rank_hosts: dict[int, str], ts_ns: int) -> None:
