@@ -43,6 +43,8 @@ class BurstProfile(msgspec.Struct, tag="burst_profile", tag_field="type", frozen
     tx_packets: int
     host: str = ""
     trigger: str = ""
+    unread: int = 0
+    """Samples dropped because a counter could not be read (``samples`` counts those kept)."""
     ecn_marked_packets: int | None = None
     """ECN-marked RoCE packets received over the capture (None: no RDMA port to read them from)."""
     cnp_sent: int | None = None

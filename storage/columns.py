@@ -139,6 +139,7 @@ def profile_columns(profiles: list[BurstProfile]) -> dict:
             for k in ("seconds", "period_s", "achieved_period_s", "bin_s", "line_Bps")
         },
         "samples": np.array([p.samples for p in profiles], dtype=np.uint32),
+        "unread": np.array([p.unread for p in profiles], dtype=np.uint32),
         "rx_packets": np.array([p.rx_packets for p in profiles], dtype=np.uint64),
         "tx_packets": np.array([p.tx_packets for p in profiles], dtype=np.uint64),
         "ecn_marked_packets": [p.ecn_marked_packets for p in profiles],

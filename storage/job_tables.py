@@ -182,6 +182,7 @@ def burst_profiles(g: DDL) -> list[str]:
         "period_s Float32",
         "achieved_period_s Float32",
         "samples UInt32",
+        "unread UInt32",
         "bin_s Float32",
         "line_Bps Float64",
         *per_direction,

@@ -61,6 +61,9 @@ class Capture:
     rdma: bool = False
     rdma_refresh_s: float | None = None
     """How often the kernel refreshed the ``RDMA_COUNTERS`` (their ``lifespan``; None: not said)."""
+    unread: int = 0
+    """Samples dropped because a counter could not be read or parsed (a device going away, a file
+    caught mid-write): each costs only itself, the profile interpolates across it."""
 
 
 def capture(
@@ -87,7 +90,7 @@ def capture(
     try:
         start = clock()
         end = start + round(seconds * 1e9)
-        taken = 0
+        taken = unread = 0
         for i in range(n):
             due = start + i * period_ns
             now = clock()
@@ -95,17 +98,29 @@ def capture(
                 time.sleep((due - now - spin_ns) / 1e9)
             while clock() < due:
                 pass
-            t_ns[i] = clock()
-            values[i] = [int(os.pread(fd, 32, 0)) for fd in fds]
-            taken = i + 1
-            if t_ns[i] >= end:
+            stamp = clock()
+            try:
+                values[taken] = [int(os.pread(fd, 32, 0)) for fd in fds]
+            except (OSError, ValueError):
+                unread += 1
+            else:
+                t_ns[taken] = stamp
+                taken += 1
+            if stamp >= end:
                 break
     finally:
         for fd in fds:
             os.close(fd)
     refresh = None if hw is None else _lifespan_s(hw)
     return Capture(
-        netdev, wall, int(t_ns[0]), t_ns[:taken] - t_ns[0], values[:taken], hw is not None, refresh
+        netdev,
+        wall,
+        int(t_ns[0]),
+        t_ns[:taken] - t_ns[0],
+        values[:taken],
+        hw is not None,
+        refresh,
+        unread,
     )
 
 
@@ -141,6 +156,7 @@ def profile(cap: Capture, line_Bps: float, period_s: float, bin_s: float = 1e-3)
         tx=_direction(per_bin[:, col["tx_bytes"]], line_Bps, bin_s),
         rx_packets=int(cumulative[-1, col["rx_packets"]]),
         tx_packets=int(cumulative[-1, col["tx_packets"]]),
+        unread=cap.unread,
         **congestion,
     )
 

@@ -155,7 +155,9 @@ def test_an_rdma_nic_s_ecn_marks_and_cnps_are_captured_beside_its_bytes(tmp_path
             total += count
             os.pwrite(fd, f"{total:020d}\n".encode(), 0)
         os.close(fd)
-        (hw / "np_cnp_sent").write_text(f"{40:020d}\n")  # in place: same inode, same length
+        fd = os.open(hw / "np_cnp_sent", os.O_WRONLY)  # in place, as the kernel's: never empty
+        os.pwrite(fd, f"{40:020d}\n".encode(), 0)
+        os.close(fd)
 
     moving = threading.Thread(target=writer, args=(time.monotonic(),))
     moving.start()
@@ -175,3 +177,34 @@ def test_an_rdma_nic_s_ecn_marks_and_cnps_are_captured_beside_its_bytes(tmp_path
         [],
         None,
     )
+
+
+def test_a_sample_whose_counter_cannot_be_read_costs_only_itself(tmp_path):
+    """A counter file caught empty or unparsable (a device going away, a file read mid-write) drops
+    the samples read then, counted in ``unread``; the capture goes on and the profile interpolates
+    across the gap, its byte total intact. Before, the first such read ended the capture with a
+    ValueError and lost every sample taken."""
+    import threading
+
+    stats = tmp_path / "net" / "fake0" / "statistics"
+    stats.mkdir(parents=True)
+    for name in ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets"):
+        (stats / name).write_text(f"{0:020d}\n")
+
+    def writer(start: float) -> None:
+        fd = os.open(stats / "rx_bytes", os.O_WRONLY)
+        steps = [(0.05, b"not a number\n"), (0.10, f"{125_000:020d}\n".encode())]
+        for at, text in steps:
+            time.sleep(max(0.0, start + at - time.monotonic()))
+            os.pwrite(fd, text.ljust(21), 0)
+        os.close(fd)
+
+    moving = threading.Thread(target=writer, args=(time.monotonic(),))
+    moving.start()
+    cap = capture("fake0", 0.001, 0.2, sys_class_net=tmp_path / "net")
+    moving.join()
+    prof = profile(cap, 100e9 / 8, 0.001)
+    assert 10 <= prof.unread <= 120, "the samples read while the file held no number"
+    assert prof.samples + prof.unread <= 202 and prof.samples >= 50
+    moved = np.array(prof.rx.per_bin_Bps) * prof.bin_s
+    assert moved.sum() == pytest.approx(125_000, rel=1e-6), "the bytes across the gap, none lost"
