@@ -2,10 +2,12 @@
 
 Evidence on one switch, all from one snapshot's rates: the queue is deep in the ECN marking band
 (see detectors/config.py for why depth means fan-in), the queue keeps ECN-marking, it is still
-above Kmin when read (it did not drain: the congestion stands; without an occupancy counter, the
-port running near line rate stands in), and, when it is reported,
-at least ``min_fan_in`` other ports bring in a real share of traffic (not asked of the poll in which
-it began: a few milliseconds of incast at the end of an interval barely move the ingress averages).
+above Kmin when read or marks ``line_rate_marks`` of its packets while its port is busy (it did not
+drain: the congestion stands; one depth reading a poll is what DCQCN makes unreliable, the marks
+are steadier; without an occupancy counter, the port running near line rate stands in), and, when
+it is reported, at least ``min_fan_in`` other ports bring in a real share of traffic (not asked of
+the poll in which it began: a few milliseconds of incast at the end of an interval barely move the
+ingress averages).
 A burst the buffer absorbs shows the watermark for one poll; an incast persists, so it must hold
 for ``sustain_polls`` polls unless it already hurts (drops on that queue, or the switch pausing its
 own ingress ports) or one poll already shows it lasting the whole interval (line rate throughout,
@@ -13,10 +15,12 @@ the queue deep at its peak and still deep when read).
 
 How deep a queue sits in its band is read two ways, and the deeper reading counts: its watermark
 against the band's thresholds, and the share of its packets ECN-marked against the share WRED marks
-at the top of the band. The thresholds are the switch's own where the topology carries its queue
-profile (a site file, or the WRED profile a SONiC switch publishes in its config DB), else the
-configured ones. The marked share needs no thresholds at all: WRED marks in proportion to the depth
-within the band, so the switch's marking says where its queue stood on whatever profile it runs.
+at the top of the band. A third needs neither: a port at line rate all poll whose queue marks
+``line_rate_marks`` of its packets stood in its band (``IncastConfig.line_rate_marks``). The
+thresholds are the switch's own where the topology carries its queue profile (a site file, or the
+WRED profile a SONiC switch publishes in its config DB), else the configured ones.
+The marked share needs no thresholds at all: WRED marks in proportion to the depth within the band,
+so the switch's marking says where its queue stood on whatever profile it runs.
 A shallow-buffer fabric (Kmin 50 KiB, Kmax 400 KiB) never brings a queue to the middle of the
 default 150 KB-1.5 MB band, but its incasts mark half their packets and more. Each symptom says
 which profile it used (``ecn_profile``: topology or config) and which reading made it deep
@@ -65,6 +69,17 @@ class IncastConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     gauge-less switch's proof that the queue stood rather than peaked once."""
     standing_marks: Fraction = 0.8
     """Share of the marking a queue standing at the deep point would cause, allowing for noise."""
+    line_rate_marks: Fraction = 0.03
+    """Share of its packets a queue must mark in a poll its port ran at ``full_poll_utilisation``
+    or more to count as standing in its band, deep or not, whatever its thresholds and its one depth
+    reading say. Arrivals above the port's rate all poll keep a queue (one sender at line rate builds
+    none), and DCQCN holds it inside a shallow band: on 100G with WRED 50-400 KiB at pmax 0.1, three
+    senders at 60 % mark 7 % of the packets, which puts the queue below the middle of any band read
+    with the default ``ecn_pmax`` (found, issue 33 item 4); its depth, read once a poll, falls below
+    Kmin in a third of the polls (item 7c). A busy link DCQCN holds near Kmin marks a fraction of
+    a percent. In the poll it began, the port busy for only part of it, a queue still above Kmin
+    when read counts as well (so the incast is found in ``sustain_polls``); the next poll must run
+    at line rate for it to go on."""
     min_pause_fraction: Fraction = 0.01
     """Share of the poll for which the switch must have paused other ports on the congested queue's
     priority for the congestion to count as spreading (firing at once, critical). Pauses of a few
@@ -87,6 +102,8 @@ class IncastDetector:
     def __init__(self, config: IncastConfig) -> None:
         self.config = config
         self._streaks = StreakTable()
+        self._began: dict[str, np.ndarray] = {}
+        """Per switch, the queues whose streak began last poll on a partial poll's marks alone."""
 
     def open(self, device: str) -> bool:
         return self._streaks.open(device)
@@ -112,16 +129,24 @@ class IncastDetector:
 
         band = EcnBand.of(cfg, poll.fabric.ecn_curve(frame.device, frame.ports, queues), watermark.shape)
         by_depth = band.position(watermark)
-        by_marks = self._marked_position(frame, ecn, queues, band)
+        share = self._marked_share(frame, ecn, queues)
+        by_marks = share / (band.pmax * cfg.standing_marks)
         position = np.fmax(by_depth, by_marks)
         streak = self._streaks.get(frame.device, watermark.shape)
-        deep = position >= cfg.band_fraction
+        marks_standing = share >= cfg.line_rate_marks
+        beginning = np.zeros(watermark.shape, dtype=bool)
+        if occupancy is not None:  # the poll it began in: busy for part of it, still standing
+            beginning = marks_standing & (streak.polls == 0) & ~streak.active & (occupancy >= band.kmin)
+        saturated = (tx >= cfg.full_poll_utilisation * line_Bps)[:, None]
+        stood_at_line_rate = (saturated & marks_standing) | beginning
+        deep = (position >= cfg.band_fraction) | stood_at_line_rate
         held = (position >= cfg.hold_band_fraction) & ((streak.polls > 0) | streak.active)
+        began = self._began.pop(frame.device, None)
+        if began is not None and began.shape == held.shape:
+            held &= ~began  # a start in a partial poll goes on only at line rate or deep
         marking = deep | held if ecn is None else (deep | held) & (ecn > 0)
-        if occupancy is not None:
-            standing = occupancy >= band.kmin
-        else:
-            standing = (tx >= cfg.min_egress_utilisation * line_Bps)[:, None]
+        busy = (tx >= cfg.min_egress_utilisation * line_Bps)[:, None]
+        standing = busy if occupancy is None else (occupancy >= band.kmin) | (busy & marks_standing)
         feeders = rx >= cfg.fan_in_port_fraction * line_Bps
         fan_in = feeders.sum() - feeders
         congested = marking & standing & poll.fabric.host_facing(frame.device, frame.ports)[:, None]
@@ -132,6 +157,9 @@ class IncastDetector:
         standing_known = ~np.isnan(occupancy) if occupancy is not None else ~np.isnan(tx)[:, None]
         known = ~np.isnan(position) & standing_known
         streak.step(congested, frame.ts_ns, frame.dt_s, known=known)
+        only_beginning = congested & beginning & (position < cfg.band_fraction)
+        if only_beginning.any():
+            self._began[frame.device] = only_beginning
         pausing = self._pausing_ingress(frame, queues, cfg.min_pause_fraction)
         hurting = pausing if drops is None else (drops > 0) | pausing
         whole_poll = self._congested_throughout(occupancy, by_depth, by_marks, band, tx, line_Bps)
@@ -150,7 +178,7 @@ class IncastDetector:
                 ecn_kmin_bytes=band.kmin[p, q],
                 ecn_kmax_bytes=band.kmax[p, q],
                 ecn_profile="topology" if band.from_topology[p, q] else "config",
-                deep_by="marks" if by_marks[p, q] > by_depth[p, q] else "depth",
+                deep_by=_deep_by(by_depth[p, q], by_marks[p, q], cfg.band_fraction),
             )
 
         return streak.report(
@@ -163,17 +191,16 @@ class IncastDetector:
             ended,
         )
 
-    def _marked_position(
-        self, frame: RateFrame, ecn: np.ndarray | None, queues: np.ndarray, band: EcnBand
-    ) -> np.ndarray:
-        """Where in the band each queue stood over the poll, from the share of its packets marked
-        (WRED marks ``pmax`` of them at the top of the band), discounted by ``standing_marks`` for
-        noise; NaN where the switch counts no marked or no sent packets."""
+    @staticmethod
+    def _marked_share(frame: RateFrame, ecn: np.ndarray | None, queues: np.ndarray) -> np.ndarray:
+        """The share of each queue's packets marked in the poll: WRED marks ``pmax`` of them at the
+        top of the band, so divided by it this says where the queue stood; NaN where the switch
+        counts no marked or no sent packets."""
         sent = frame.aligned("queue_tx_packets", queues)
         if ecn is None or sent is None:
-            return np.full(band.kmin.shape, np.nan)
+            return np.full((len(frame.ports), len(queues)), np.nan)
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(sent > 0, ecn / sent, np.nan) / (band.pmax * self.config.standing_marks)
+            return np.where(sent > 0, ecn / sent, np.nan)
 
     def _congested_throughout(
         self,
@@ -210,6 +237,14 @@ class IncastDetector:
         if duration is not None:
             paused &= ~(duration / 1e6 < min_fraction * frame.dt_s)  # unknown time: by frames
         return paused.sum(axis=0)[None, :] - paused > 0  # the other ports: not the victim itself
+
+
+def _deep_by(by_depth: float, by_marks: float, band_fraction: float) -> str:
+    """Which reading made the queue deep: its depth, its marks' place in the band, or (neither
+    past the middle) marks at line rate all poll."""
+    if np.fmax(by_depth, by_marks) < band_fraction:
+        return "line_rate_marks"
+    return "marks" if by_marks > by_depth else "depth"
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,38 @@ def test_a_shallow_fabric_s_incast_is_found_by_its_marks_without_any_threshold_s
     assert all(out[1:]) and len({s.start_ns for poll in out for s in poll}) == 1
 
 
+def test_a_milder_incast_held_inside_a_shallow_band_is_found_by_its_marks_at_line_rate():
+    """Found (issue 33, item 4): on 100G with WRED 50-400 KiB at pmax 0.1, three senders at 60 %
+    keep the queue at 270-370 KB and mark 7 % of its packets, poll after poll: below the middle of
+    the default band by depth (0.1) and by marks read against the default pmax (0.44), so it was
+    missed on every seed. Its port at line rate all poll while the queue marks proves arrivals
+    above its rate; the depth read once a poll falls below the default Kmin half the time (item
+    7c), and the queue still counts as standing. Found in two polls, the first a partial one."""
+    sw, stage = Switch("leaf0", PORTS), Stage1()
+    begin = {**shallow_incast(0.047, watermark=344e3), "tx_bytes": {"Ethernet0": 0.43 * LINE_Bps}}
+    polls = [sw.poll(1.0), sw.poll(1.0, **begin)]
+    for i in range(4):
+        held = shallow_incast(0.07, watermark=330e3 + 10e3 * i)
+        held["queue_occupancy_bytes"] = {"Ethernet0": 120e3 if i % 2 else 300e3}  # one read a poll
+        polls.append(sw.poll(1.0, **held))
+    out = run(stage, [with_packets(s) for s in polls])
+    assert not out[1] and out[2], "found in the second poll of it"
+    (found,) = out[2]
+    assert found.kind == "incast" and found.port == "Ethernet0"
+    assert found.evidence["deep_by"] == "line_rate_marks"
+    assert all(out[2:]), "one incast throughout, its queue read below Kmin or not"
+    assert len({s.start_ns for poll in out for s in poll}) == 1
+
+
+def test_bursts_that_mark_but_never_run_a_poll_at_line_rate_are_not_an_incast():
+    """The first-poll allowance is only a start: bursts marking 7 % of their packets, the queue
+    caught standing at each read, with the port at 40 % all poll, never go on to an incast."""
+    sw, stage = Switch("leaf0", PORTS), Stage1()
+    burst = {**shallow_incast(0.07, watermark=344e3), "tx_bytes": {"Ethernet0": 0.4 * LINE_Bps}}
+    out = run(stage, [with_packets(s) for s in [sw.poll(1.0)] + [sw.poll(1.0, **burst) for _ in range(6)]])
+    assert not any(out)
+
+
 def test_a_link_held_near_kmin_by_dcqcn_marks_little_and_is_not_an_incast():
     """A busy link with a few senders marks a fraction of a percent of its packets: a link doing its
     job, on a shallow fabric as on any other."""
