@@ -5,9 +5,9 @@ Evidence on one switch, all from one snapshot's rates: the queue is deep in the 
 above Kmin when read or marks ``line_rate_marks`` of its packets while its port is busy (it did not
 drain: the congestion stands; one depth reading a poll is what DCQCN makes unreliable, the marks
 are steadier; without an occupancy counter, the port running near line rate stands in), and, when
-it is reported, at least ``min_fan_in`` other ports bring in a real share of traffic (not asked of
-the poll in which it began: a few milliseconds of incast at the end of an interval barely move the
-ingress averages).
+it is reported, at least ``min_fan_in`` other ports feed it: their received traffic rose by a real
+share since the switch was last quiet (``IncastDetector._fan_in``; not asked of the poll in which it
+began: a few milliseconds of incast at the end of an interval barely move the ingress averages).
 A burst the buffer absorbs shows the watermark for one poll; an incast persists, so it must hold
 for ``sustain_polls`` polls unless it already hurts (drops on that queue, or the switch pausing its
 own ingress ports) or one poll already shows it lasting the whole interval (line rate throughout,
@@ -24,7 +24,7 @@ so the switch's marking says where its queue stood on whatever profile it runs.
 A shallow-buffer fabric (Kmin 50 KiB, Kmax 400 KiB) never brings a queue to the middle of the
 default 150 KB-1.5 MB band, but its incasts mark half their packets and more. Each symptom says
 which profile it used (``ecn_profile``: topology or config) and which reading made it deep
-(``deep_by``: depth or marks).
+(``deep_by``: depth, marks or line_rate_marks).
 
 Only host-facing ports can be incast victims: many-to-one traffic converges on the last hop to the
 receiver, which carries all of it. Congestion on a fabric link is either ECMP imbalance (the ECMP
@@ -102,6 +102,8 @@ class IncastDetector:
     def __init__(self, config: IncastConfig) -> None:
         self.config = config
         self._streaks = StreakTable()
+        self._quiet: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        """Per switch, each port's received and sent rates in its last poll with no queue congested."""
         self._began: dict[str, np.ndarray] = {}
         """Per switch, the queues whose streak began last poll on a partial poll's marks alone."""
 
@@ -116,6 +118,9 @@ class IncastDetector:
             and not frame.any_above_zero(self.SIGNALS)
             and not self._streaks.open(frame.device)
         ):
+            rx, tx = frame.port("rx_bytes"), frame.port("tx_bytes")
+            if rx is not None and tx is not None:
+                self._keep_quiet(frame, rx, tx)
             return []  # nothing marked and nothing open: the poll would change nothing
         watermark, queues = frame.indexed("queue_watermark_bytes")
         if queues.size == 0:
@@ -147,8 +152,7 @@ class IncastDetector:
         marking = deep | held if ecn is None else (deep | held) & (ecn > 0)
         busy = (tx >= cfg.min_egress_utilisation * line_Bps)[:, None]
         standing = busy if occupancy is None else (occupancy >= band.kmin) | (busy & marks_standing)
-        feeders = rx >= cfg.fan_in_port_fraction * line_Bps
-        fan_in = feeders.sum() - feeders
+        fan_in, by_rise = self._fan_in(frame.device, rx, tx, cfg.fan_in_port_fraction * line_Bps)
         congested = marking & standing & poll.fabric.host_facing(frame.device, frame.ports)[:, None]
         fed = (fan_in >= cfg.min_fan_in)[:, None]
 
@@ -166,6 +170,8 @@ class IncastDetector:
         streak.start(fed & ((streak.polls >= cfg.sustain_polls) | (congested & (hurting | whole_poll))))
         cleared = streak.stop(~congested & known)
         ended = streak.lapse(frame.ts_ns, cfg.lack_of_data_s)
+        if not self._streaks.open(frame.device):
+            self._keep_quiet(frame, rx, tx)
 
         def proof(p: int, q: int) -> dict[str, float | int | str]:
             return evidence(
@@ -173,6 +179,7 @@ class IncastDetector:
                 ecn_marked_pps=ecn[p, q] if ecn is not None else math.nan,
                 egress_utilisation=tx[p] / line_Bps[p],
                 fan_in_ports=int(fan_in[p]),
+                fan_in_by="rise" if by_rise[p] else "level",
                 drops_pps=drops[p, q] if drops is not None else math.nan,
                 pausing_ingress=int(pausing[p, q]),
                 ecn_kmin_bytes=band.kmin[p, q],
@@ -190,6 +197,36 @@ class IncastDetector:
             frame.ts_ns,
             ended,
         )
+
+    def _keep_quiet(self, frame: RateFrame, rx: np.ndarray, tx: np.ndarray) -> None:
+        """A poll with no queue of the switch congested: what its ports carry when no incast runs."""
+        self._quiet[frame.device] = (rx.copy(), tx.copy())
+
+    def _fan_in(
+        self, device: str, rx: np.ndarray, tx: np.ndarray, bar: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per port as a victim, how many other ports feed it, and whether that was read by the
+        ports' rise (``rise``) or their level (``level``).
+
+        Counting every port that receives ``bar`` made any background load a fan-in: found (issue
+        33, 7a), every incast, true or false, had 8-9 feeders of 10 ports; one fed by exactly three
+        said 9. So a feeder is a port whose received rate rose by ``bar`` or more since the
+        switch's last poll with no queue congested, where those rises explain at least half of the
+        victim's own rise: a hot spot fed by one port (a fabric link carrying a collapsed group's
+        traffic into a slower host port) has one feeder, however busy the switch. Where they do
+        not (senders already busy that turned toward the victim: its traffic rose, theirs did not),
+        or the switch was not yet seen quiet, or a port's rate then is unknown, the level counts."""
+        level = rx >= bar
+        level_in = level.sum() - level
+        quiet = self._quiet.get(device)
+        if quiet is None or quiet[0].shape != rx.shape:
+            return level_in, np.zeros(rx.shape, dtype=bool)
+        rx_before, tx_before = quiet
+        rise = rx - rx_before
+        rose = np.where(np.isnan(rise), level, rise >= bar)
+        brought = np.where(rose & ~np.isnan(rise), rise, 0.0)
+        by_rise = brought.sum() - brought >= 0.5 * (tx - tx_before)
+        return np.where(by_rise, rose.sum() - rose, level_in), by_rise
 
     @staticmethod
     def _marked_share(frame: RateFrame, ecn: np.ndarray | None, queues: np.ndarray) -> np.ndarray:

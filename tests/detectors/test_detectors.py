@@ -77,6 +77,48 @@ def test_incast_needs_to_persist_and_a_single_burst_is_absorbed():
     assert out[1][0].evidence["fan_in_ports"] == 4
 
 
+def test_fan_in_counts_the_ports_whose_traffic_rose_toward_the_victim_not_every_busy_port():
+    """Found (issue 33, 7a): fan-in was every port of the switch receiving 5 % of line rate, so
+    under background load a hot spot fed by one port (a fabric link carrying a collapsed group's
+    traffic) passed the minimum fan-in with 4 of 5 "feeders", and one fed by exactly three said 4.
+    Now a feeder is a port whose received rate rose since the switch's last quiet poll."""
+    background = {
+        "rx_bytes": {p: 0.3 * LINE_Bps for p in PORTS},
+        "tx_bytes": {p: 0.3 * LINE_Bps for p in PORTS},
+    }
+
+    def congested(feeders: list[str], each: float) -> dict:
+        rx = {**background["rx_bytes"], **{f: (0.3 + each) * LINE_Bps for f in feeders}}
+        return {
+            **incast("Ethernet0", feeders),
+            "rx_bytes": rx,
+            "tx_bytes": {**background["tx_bytes"], "Ethernet0": 0.98 * LINE_Bps},
+        }
+
+    sw, stage = Switch("leaf0", PORTS), Stage1()
+    quiet = [sw.poll(1.0, **background) for _ in range(3)]
+    assert not any(run(stage, quiet + [sw.poll(1.0, **congested(["Ethernet40"], 0.7)) for _ in range(4)]))
+    sw, stage = Switch("leaf0", PORTS), Stage1()
+    quiet = [sw.poll(1.0, **background) for _ in range(3)]
+    out = run(stage, quiet + [sw.poll(1.0, **congested(PORTS[1:4], 0.25)) for _ in range(3)])
+    assert out[3] and out[3][0].port == "Ethernet0"
+    assert (out[3][0].evidence["fan_in_ports"], out[3][0].evidence["fan_in_by"]) == (3, "rise")
+
+
+def test_senders_already_busy_that_turn_toward_one_receiver_are_its_fan_in():
+    """Traffic that turns toward the victim without rising (senders at full rate to another port
+    before) is not explained by any rise: the ports' level counts then, as before."""
+    busy = {"rx_bytes": {p: 0.35 * LINE_Bps for p in PORTS[1:5]}, "tx_bytes": {"Ethernet40": 0.98 * LINE_Bps}}
+    sw, stage = Switch("leaf0", PORTS), Stage1()
+    out = run(stage, [sw.poll(1.0)] + [sw.poll(1.0, **busy) for _ in range(2)])
+    out += run(
+        stage,
+        [sw.poll(1.0, **{**incast("Ethernet0", PORTS[1:5]), "rx_bytes": busy["rx_bytes"]}) for _ in range(2)],
+    )
+    assert not any(out[:3]) and out[3] and out[3][0].port == "Ethernet0"
+    assert (out[3][0].evidence["fan_in_ports"], out[3][0].evidence["fan_in_by"]) == (4, "level")
+
+
 def test_only_pausing_that_lasts_makes_an_incast_fire_at_once():
     """Found (issue 33, 7): a pause frame sent on any port of the switch, for 1 to 17 us, made a
     queue in its band fire at once as critical. Now only the switch pausing its other ports on the
