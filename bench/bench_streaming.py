@@ -3,6 +3,7 @@ kafka-python consumer of the same topic in the same run; then latency from snaps
 anomaly produced under a chosen load. Prints JSON lines.
 
     python bench/bench_streaming.py [--scenario FILE] [--duration S] [--workers N] [--load VALUES_PER_S]
+        [--partitions P] [--no-latency]
 
 1. Simulates the scenario (256 hosts by default) and publishes its snapshots to an embedded Tansu
    broker as a backlog.
@@ -16,7 +17,14 @@ anomaly produced under a chosen load. Prints JSON lines.
    anomaly's time was published. The same for symptoms (stage 1 alone), which are many more.
 
 Everything shares this machine's cores (broker, workers, publisher, this process), so the figures
-are a floor for a deployment where the broker runs elsewhere.
+are a floor for a deployment where the broker runs elsewhere. Beside the wall-clock ratio to the
+bare consumer, which a shared machine moves a lot, the CPU-time ratio (the bare consumer's CPU per
+value over the workers') moves less; the broker's own CPU over the drain says when the curve bends
+at the broker rather than the workers.
+
+Scale mode: ``--workers N --partitions P --no-latency`` over a backlog long enough to drain for tens
+of seconds (``--duration``: the backlog is published once, before any worker starts, so the
+single-threaded publisher does not limit the drain).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -40,7 +49,7 @@ from fabricwatch.local.workers import WorkerProcess
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Anomaly, Symptom, SymptomBatch, decode
 from fabricwatch.schemas.trace import TraceReader
-from fabricwatch.streams.kafka_io import BrokerSettings, ensure_topics, log_ends
+from fabricwatch.streams.kafka_io import DEFAULT_PARTITIONS, BrokerSettings, ensure_topics, log_ends
 from fabricwatch.streams.traces import publish_trace
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
@@ -50,20 +59,30 @@ def emit(**fields: object) -> None:
     print(json.dumps(fields), flush=True)
 
 
-def bare_consumer(settings: BrokerSettings, expected: int) -> float:
-    """Seconds for one consumer to read ``expected`` messages of the counters topic."""
+def bare_consumer(settings: BrokerSettings, expected: int) -> tuple[float, float]:
+    """Seconds for one consumer to read ``expected`` messages of the counters topic, and the CPU
+    seconds this process spent on it."""
     consumer = KafkaConsumer(**settings.kafka_kwargs(), enable_auto_commit=False)
     parts = consumer.partitions_for_topic(topics.COUNTERS)
     tps = [TopicPartition(topics.COUNTERS, p) for p in sorted(parts)]
     consumer.assign(tps)
     consumer.seek_to_beginning(*tps)
-    count, started = 0, time.perf_counter()
+    count, started, cpu = 0, time.perf_counter(), time.process_time()
     while count < expected:
         for records in consumer.poll(timeout_ms=500, max_records=10_000).values():
             count += len(records)
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     consumer.close()
-    return elapsed
+    return elapsed, cpu
+
+
+def process_cpu_s(pid: int | None) -> float:
+    """User and system CPU seconds of a process so far (Linux ``/proc``); NaN if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def readings(w: WorkerProcess) -> dict[str, float]:
@@ -125,6 +144,7 @@ def drain(workers: list[WorkerProcess], snapshots: int, total_values: int) -> di
         / len(workers),
         "messages_out_per_s_per_worker": (total(hi, "sent") - total(lo, "sent")) / span / len(workers),
         "worker_cpu_share": cpu / span / len(workers),
+        "worker_cpu_per_value_s": cpu / (total(hi, "values") - total(lo, "values")),
         "cpu_share_outside_stages": 1 - (total(hi, "core") - total(lo, "core")) / cpu
         if cpu > 0
         else float("nan"),
@@ -243,6 +263,13 @@ def main() -> None:
     ap.add_argument("--load", type=float, default=500_000, help="counter values/s for the latency run")
     ap.add_argument("--latency-duration", type=int, default=200, help="simulated seconds fed live")
     ap.add_argument("--config", type=Path, default=None, help="the workers' config file (their --config)")
+    ap.add_argument(
+        "--partitions",
+        type=int,
+        default=DEFAULT_PARTITIONS[topics.COUNTERS],
+        help="partitions of fabric.counters (and of the workers' state topic)",
+    )
+    ap.add_argument("--no-latency", action="store_true", help="drain only (the scale mode)")
     args = ap.parse_args()
     try:
         run(args)
@@ -254,7 +281,7 @@ def run(args: argparse.Namespace) -> None:
     """Backlog, bare consumer, end to end, latency: in one broker, in this order."""
     with tempfile.TemporaryDirectory() as tmp_dir, EmbeddedBroker() as broker:
         tmp = Path(tmp_dir)
-        settings = BrokerSettings(bootstrap=broker.bootstrap)
+        settings = BrokerSettings(bootstrap=broker.bootstrap, partitions={topics.COUNTERS: args.partitions})
         ensure_topics(settings)
         trace = tmp / "backlog.trace"
         stats = simulate(load_scenario(args.scenario, {"duration": args.duration}), trace)
@@ -267,9 +294,14 @@ def run(args: argparse.Namespace) -> None:
             values_per_snapshot=round(stats.values / stats.snapshots, 1),
             publish_values_per_s=round(stats.values / published.wall_s),
         )
-        bare_s = bare_consumer(settings, stats.snapshots)
+        bare_s, bare_cpu_s = bare_consumer(settings, stats.snapshots)
         bare = stats.values / bare_s
-        emit(bench="bare_consumer", values_per_s=round(bare), messages_per_s=round(stats.snapshots / bare_s))
+        emit(
+            bench="bare_consumer",
+            values_per_s=round(bare),
+            messages_per_s=round(stats.snapshots / bare_s),
+            cpu_us_per_message=round(bare_cpu_s / stats.snapshots * 1e6, 2),
+        )
 
         extra = ["--config", str(args.config)] if args.config else []
         workers = [
@@ -277,10 +309,13 @@ def run(args: argparse.Namespace) -> None:
             for i in range(args.workers)
         ]
         try:
+            broker_cpu = process_cpu_s(broker.pid)
             e2e = drain(workers, stats.snapshots, stats.values)
+            broker_cpu = process_cpu_s(broker.pid) - broker_cpu
             emit(
                 bench="end_to_end",
                 workers=args.workers,
+                partitions=args.partitions,
                 values_per_s=round(e2e["sustained_values_per_s"]),
                 ratio_to_bare=round(e2e["sustained_values_per_s"] / bare, 3),
                 whole_backlog_s=round(e2e["whole_backlog_s"], 1),
@@ -288,10 +323,13 @@ def run(args: argparse.Namespace) -> None:
                 messages_out_per_s_per_worker=round(e2e["messages_out_per_s_per_worker"]),
                 worker_cpu_share=round(e2e["worker_cpu_share"], 2),
                 cpu_share_outside_stages=round(e2e["cpu_share_outside_stages"], 3),
+                cpu_ratio_to_bare=round(bare_cpu_s / stats.values / e2e["worker_cpu_per_value_s"], 3),
+                broker_cpu_share=round(broker_cpu / e2e["whole_backlog_s"], 2),
                 target_values_per_s=1_000_000,
                 target_ratio=0.35,
             )
-            latency(settings, workers, args.scenario, args.latency_duration, args.load, tmp)
+            if not args.no_latency:
+                latency(settings, workers, args.scenario, args.latency_duration, args.load, tmp)
         finally:
             for w in workers:
                 w.stop()

@@ -60,6 +60,11 @@ class EmbeddedBroker:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        """The broker process's id while it runs: what a benchmark reads its CPU time by."""
+        return self._proc.pid if self.running and self._proc is not None else None
+
     def start(self) -> Self:
         url = f"tcp://{self.bootstrap}"
         self.cluster_id = f"fabricwatch-{uuid.uuid4().hex[:12]}"

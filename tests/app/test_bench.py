@@ -63,6 +63,23 @@ def test_the_benchmark_runs_against_a_plain_install_from_the_repository_root(scr
 
 
 @pytest.mark.processes  # a broker and a worker
+def test_the_streaming_benchmark_s_scale_mode_drains_only_and_says_what_bent_the_curve():
+    """``--workers N --partitions P --no-latency``: the backlog drained on P partitions, with the CPU
+    ratio to the bare consumer and the broker's own CPU beside the wall-clock figures, and no
+    latency run."""
+    cmd = [sys.executable, "bench/bench_streaming.py", "--scenario", "scenarios/demo.yaml"]
+    cmd += ["--duration", "10", "--workers", "1", "--partitions", "3", "--no-latency"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = {line["bench"]: line for line in map(json.loads, done.stdout.splitlines())}
+    assert set(lines) == {"streaming_backlog", "bare_consumer", "end_to_end"}
+    e2e = lines["end_to_end"]
+    assert e2e["partitions"] == 3 and e2e["workers"] == 1
+    assert 0 < e2e["broker_cpu_share"] < 2 and 0 < e2e["cpu_ratio_to_bare"] < 10
+    assert lines["bare_consumer"]["cpu_us_per_message"] > 0
+
+
+@pytest.mark.processes  # a broker and a worker
 def test_a_worker_that_exits_at_start_stops_the_streaming_benchmark_with_its_reason(tmp_path):
     config = tmp_path / "site.yaml"
     config.write_text("detectors:\n  incast:\n    ecn_kmin_byte: 1\n")
