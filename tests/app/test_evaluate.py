@@ -84,8 +84,9 @@ def test_json_report_has_every_documented_field_and_its_verdict_is_the_exit_code
 
 def test_a_threshold_that_fails_exits_1_and_names_the_missed_label(short_suite, tmp_path, capsys):
     config = tmp_path / "deaf.yaml"
-    config.write_text(
-        "detectors:\n  incast: {ecn_kmin_bytes: 1000000000000, ecn_kmax_bytes: 2000000000000}\n"
+    config.write_text(  # a band no queue reaches, and marks at line rate (no band) made deaf too
+        "detectors:\n  incast: {ecn_kmin_bytes: 1000000000000, ecn_kmax_bytes: 2000000000000,"
+        " line_rate_marks: 1.0}\n"
     )
     rc, out = run(capsys, "--config", config, short_suite / "incast_100ms_16h.yaml")
     assert rc == 1
