@@ -15,14 +15,15 @@ the queue deep at its peak and still deep when read).
 
 How deep a queue sits in its band is read two ways, and the deeper reading counts: its watermark
 against the band's thresholds, and the share of its packets ECN-marked against the share WRED marks
-at the top of the band. A third needs neither: a port at line rate all poll whose queue marks
-``line_rate_marks`` of its packets stood in its band (``IncastConfig.line_rate_marks``). The
-thresholds are the switch's own where the topology carries its queue profile (a site file, or the
-WRED profile a SONiC switch publishes in its config DB), else the configured ones.
-The marked share needs no thresholds at all: WRED marks in proportion to the depth within the band,
-so the switch's marking says where its queue stood on whatever profile it runs.
+at the top of the band. The thresholds are the switch's own where the topology carries its queue
+profile (a site file, or the WRED profile a SONiC switch publishes in its config DB), else the
+configured ones. The marked share needs no thresholds at all: WRED marks in proportion to the depth
+within the band, so the switch's marking says where its queue stood on whatever profile it runs.
 A shallow-buffer fabric (Kmin 50 KiB, Kmax 400 KiB) never brings a queue to the middle of the
-default 150 KB-1.5 MB band, but its incasts mark half their packets and more. Each symptom says
+default 150 KB-1.5 MB band, but its incasts mark half their packets and more. A third reading needs
+neither the band nor ``pmax``: a port at line rate all poll whose queue marks ``line_rate_marks`` of
+its packets stood in its band, as a milder incast DCQCN holds inside a shallow band does
+(``IncastConfig.line_rate_marks``). Each symptom says
 which profile it used (``ecn_profile``: topology or config) and which reading made it deep
 (``deep_by``: depth, marks or line_rate_marks).
 
