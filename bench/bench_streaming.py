@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -41,6 +40,7 @@ import time
 from pathlib import Path
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from prometheus_client import ProcessCollector
 
 from fabricwatch.ingest.simulator import load_scenario, simulate
 from fabricwatch.local.broker import EmbeddedBroker
@@ -77,12 +77,11 @@ def bare_consumer(settings: BrokerSettings, expected: int) -> tuple[float, float
 
 
 def process_cpu_s(pid: int | None) -> float:
-    """User and system CPU seconds of a process so far (Linux ``/proc``); NaN if it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User and system CPU seconds of a process so far, as the workers' /metrics read their own
+    (prometheus-client's process collector); NaN if it is gone."""
+    families = ProcessCollector(pid=lambda: pid, registry=None).collect() if pid else []
+    cpu = [s.value for f in families if f.name == "process_cpu_seconds" for s in f.samples]
+    return cpu[0] if cpu else float("nan")
 
 
 def readings(w: WorkerProcess) -> dict[str, float]:
