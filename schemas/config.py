@@ -117,12 +117,18 @@ def check_keys(data: Any, type_: type, file: str | Path | None, key: str = "") -
 
 def _check_keys(data: Any, info: msgspec.inspect.Type, path: str, file: str | Path | None) -> None:
     """Walk ``data`` beside its type and refuse unknown keys with a suggestion (msgspec names the
-    unknown key but cannot say which one was meant)."""
+    unknown key but cannot say which one was meant), and a value outside a fixed set with the set."""
     if isinstance(info, msgspec.inspect.UnionType):
         structs = [t for t in info.types if isinstance(t, msgspec.inspect.StructType)]
         if len(structs) == 1 and isinstance(data, dict):
             _check_keys(data, structs[0], path, file)
+        others = [t for t in info.types if not isinstance(t, msgspec.inspect.NoneType)]
+        if len(others) == 1 and isinstance(others[0], msgspec.inspect.LiteralType) and data is not None:
+            _check_keys(data, others[0], path, file)
         return
+    if isinstance(info, msgspec.inspect.LiteralType) and data not in info.values:
+        # msgspec says only "Invalid enum value": the reader is told the choices
+        raise ConfigError(f"{data!r} is not one of: {', '.join(map(str, info.values))}", file, path)
     if isinstance(info, msgspec.inspect.StructType) and isinstance(data, dict):
         fields = {f.encode_name: f for f in info.fields}
         for key, value in data.items():

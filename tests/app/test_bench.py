@@ -23,6 +23,7 @@ SMALLEST = {
     "bench_clickhouse.py": ["--rows", "20000", "--batch", "10000", "--repeats", "1", "--backends", "chdb"],
     "bench_codec.py": [],
     "bench_collector.py": ["--polls", "2"],
+    "bench_consumer.py": ["--scenario", "scenarios/demo.yaml", "--duration", "5", "--rounds", "1"],
     "bench_core.py": ["--scenario", "scenarios/demo.yaml", "--duration", "20"],
     "bench_outliers.py": ["--seconds", "0.2"],
     "bench_phases.py": ["--seconds", "0.5", "--repeat", "1"],

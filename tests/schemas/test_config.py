@@ -128,3 +128,15 @@ def test_a_topic_with_no_partitions_is_refused(tmp_path):
     path.write_text("broker:\n  partitions: {fabric.counters: -3}\n")
     with pytest.raises(ConfigError, match=r"broker.partitions\[...\]: Expected `int` >= 1"):
         load_broker_settings(path)
+
+
+def test_a_value_outside_a_fixed_set_is_refused_with_the_set(tmp_path):
+    path = tmp_path / "site.yaml"
+    path.write_text("broker:\n  compression: snappy\n")
+    with pytest.raises(ConfigError) as refused:
+        load_broker_settings(path, {})
+    assert str(refused.value) == f"{path}: broker.compression: 'snappy' is not one of: gzip, lz4, none, zstd"
+    path.write_text("broker:\n  sasl_mechanism: GSSAPI\n")  # a choice that may be left out
+    with pytest.raises(ConfigError, match=r"broker\.sasl_mechanism: .GSSAPI. is not one of: PLAIN, SCRAM-"):
+        load_broker_settings(path, {})
+    assert load_broker_settings(None, {}).compression == "zstd"

@@ -62,6 +62,62 @@ def test_one_device_stays_in_order_on_one_partition(broker, tmp_path):
     assert times and all(t == sorted(t) for t in times.values())
 
 
+@pytest.mark.parametrize("codec", ["zstd", "lz4", "gzip", "none"])
+def test_every_codec_the_broker_section_offers_is_read_by_every_reader(broker, codec, tmp_path):
+    """A site that sets ``broker.compression`` must not find a reader that cannot decompress it: the
+    sink and the alerter read with kafka-python, stage 1 and stage 2 with aiokafka, and each needs
+    its own codec library (kafka-python raised UnsupportedCodecError for zstd and lz4 without them)."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as AioTopicPartition
+    from kafka import KafkaConsumer, TopicPartition
+
+    from fabricwatch.streams.kafka_io import Publisher
+
+    (tmp_path / "site.yaml").write_text(f"broker:\n  compression: {codec}\n")
+    settings = load_broker_settings(tmp_path / "site.yaml", {}).with_bootstrap(broker.bootstrap)
+    topic = f"test.codec.{codec}"
+    ensure_topics(BrokerSettings(bootstrap=broker.bootstrap, partitions={topic: 1}), [topic])
+    sent = [f"snapshot {i} ".encode() * 50 for i in range(200)]
+    publisher = Publisher(settings, linger_ms=50)
+    for value in sent:
+        publisher.send(topic, "leaf00", value)
+    publisher.flush()
+    rate = publisher.metric("compression-rate-avg")  # compressed over raw: the codec was used
+    assert rate == pytest.approx(1.0) if codec == "none" else rate < 0.5
+    publisher.close()
+    assert publisher.stats.acked == len(sent)
+
+    consumer = KafkaConsumer(**broker.kafka_kwargs(), enable_auto_commit=False)
+    consumer.assign([TopicPartition(topic, 0)])
+    consumer.seek_to_beginning()
+    read: list[bytes] = []
+    for _ in range(50):
+        read += [r.value for rs in consumer.poll(timeout_ms=100).values() for r in rs]
+        if len(read) >= len(sent):
+            break
+    consumer.close()
+    assert read == sent
+
+    async def read_aio() -> list[bytes]:
+        aio = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
+        await aio.start()
+        try:
+            aio.assign([AioTopicPartition(topic, 0)])
+            await aio.seek_to_beginning()
+            got: list[bytes] = []
+            for _ in range(50):
+                got += [r.value for rs in (await aio.getmany(timeout_ms=100)).values() for r in rs]
+                if len(got) >= len(sent):
+                    break
+            return got
+        finally:
+            await aio.stop()
+
+    assert asyncio.run(read_aio()) == sent
+
+
 def test_the_end_of_a_partition_is_after_its_last_record_though_the_broker_lists_less(broker):
     """Tansu lists a partition's end as the start of its last batch: readers that take that for the
     end would call a partition read while its last batch waits, or take old records for new."""
