@@ -3,7 +3,7 @@ kafka-python consumer of the same topic in the same run; then latency from snaps
 anomaly produced under a chosen load. Prints JSON lines.
 
     python bench/bench_streaming.py [--scenario FILE] [--duration S] [--workers N] [--load VALUES_PER_S]
-        [--partitions P] [--no-latency]
+        [--partitions P] [--no-latency] [--compression CODEC]
 
 1. Simulates the scenario (256 hosts by default) and publishes its snapshots to an embedded Tansu
    broker as a backlog.
@@ -269,6 +269,12 @@ def main() -> None:
         help="partitions of fabric.counters (and of the workers' state topic)",
     )
     ap.add_argument("--no-latency", action="store_true", help="drain only (the scale mode)")
+    ap.add_argument(
+        "--compression",
+        choices=["zstd", "lz4", "gzip", "none"],
+        default=BrokerSettings().compression,
+        help="the publisher's codec (broker.compression; default as the collectors')",
+    )
     args = ap.parse_args()
     try:
         run(args)
@@ -280,7 +286,11 @@ def run(args: argparse.Namespace) -> None:
     """Backlog, bare consumer, end to end, latency: in one broker, in this order."""
     with tempfile.TemporaryDirectory() as tmp_dir, EmbeddedBroker() as broker:
         tmp = Path(tmp_dir)
-        settings = BrokerSettings(bootstrap=broker.bootstrap, partitions={topics.COUNTERS: args.partitions})
+        settings = BrokerSettings(
+            bootstrap=broker.bootstrap,
+            partitions={topics.COUNTERS: args.partitions},
+            compression=args.compression,
+        )
         ensure_topics(settings)
         trace = tmp / "backlog.trace"
         stats = simulate(load_scenario(args.scenario, {"duration": args.duration}), trace)
@@ -288,6 +298,7 @@ def run(args: argparse.Namespace) -> None:
         emit(
             bench="streaming_backlog",
             scenario=args.scenario.name,
+            compression=args.compression,
             snapshots=stats.snapshots,
             values=stats.values,
             values_per_snapshot=round(stats.values / stats.snapshots, 1),
