@@ -8,7 +8,8 @@ anomaly produced under a chosen load. Prints JSON lines.
 1. Simulates the scenario (256 hosts by default) and publishes its snapshots to an embedded Tansu
    broker as a backlog.
 2. Bare consumer: one kafka-python consumer reads every message of ``fabric.counters`` and does
-   nothing with it: the ceiling of reading the topic in Python.
+   nothing with it: the ceiling of reading the topic in Python. The broker's CPU while it takes
+   the backlog and while it serves that read says what one broker core serves.
 3. End to end: N worker processes consume the same backlog (decode, rates, detectors, producing
    rates and symptoms, stage 2); throughput is read off their /metrics while they drain it.
 4. Latency: with the workers caught up, the scenario is published again live, at the pace that
@@ -294,7 +295,9 @@ def run(args: argparse.Namespace) -> None:
         ensure_topics(settings)
         trace = tmp / "backlog.trace"
         stats = simulate(load_scenario(args.scenario, {"duration": args.duration}), trace)
+        broker_cpu = process_cpu_s(broker.pid)
         published = publish_trace(trace, settings)
+        broker_cpu = process_cpu_s(broker.pid) - broker_cpu
         emit(
             bench="streaming_backlog",
             scenario=args.scenario.name,
@@ -303,14 +306,19 @@ def run(args: argparse.Namespace) -> None:
             values=stats.values,
             values_per_snapshot=round(stats.values / stats.snapshots, 1),
             publish_values_per_s=round(stats.values / published.wall_s),
+            broker_cpu_us_per_message=round(broker_cpu / stats.snapshots * 1e6, 2),
         )
+        broker_cpu = process_cpu_s(broker.pid)
         bare_s, bare_cpu_s = bare_consumer(settings, stats.snapshots)
+        broker_cpu = process_cpu_s(broker.pid) - broker_cpu
         bare = stats.values / bare_s
         emit(
             bench="bare_consumer",
             values_per_s=round(bare),
             messages_per_s=round(stats.snapshots / bare_s),
             cpu_us_per_message=round(bare_cpu_s / stats.snapshots * 1e6, 2),
+            broker_cpu_share=round(broker_cpu / bare_s, 2),
+            broker_cpu_us_per_message=round(broker_cpu / stats.snapshots * 1e6, 2),
         )
 
         extra = ["--config", str(args.config)] if args.config else []
