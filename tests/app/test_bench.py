@@ -78,9 +78,10 @@ def test_the_streaming_benchmark_s_scale_mode_drains_only_and_says_what_bent_the
     assert e2e["partitions"] == 3 and e2e["workers"] == 1
     assert 0 < e2e["broker_cpu_share"] < 2 and 0 < e2e["cpu_ratio_to_bare"] < 10
     assert lines["bare_consumer"]["cpu_us_per_message"] > 0
-    # what one broker core takes and serves: measured, though a short read may take under a tick
+    # what one broker core takes and serves: reported, though this small a backlog may cost the
+    # broker less than a clock tick to take or to serve
     assert lines["bare_consumer"]["broker_cpu_us_per_message"] >= 0
-    assert lines["streaming_backlog"]["broker_cpu_us_per_message"] > 0
+    assert lines["streaming_backlog"]["broker_cpu_us_per_message"] >= 0
 
 
 @pytest.mark.processes  # a broker and a worker
