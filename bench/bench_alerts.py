@@ -94,7 +94,7 @@ def producer_process(bootstrap: str, rate: float, seconds: float, conn: Any) -> 
     from fabricwatch.schemas.messages import encode
     from fabricwatch.streams.kafka_io import BrokerSettings, Publisher
 
-    publisher = Publisher(BrokerSettings(bootstrap=bootstrap), linger_ms=1, compression="none")
+    publisher = Publisher(BrokerSettings(bootstrap=bootstrap, compression="none"), linger_ms=1)
 
     def send(i: int, at: float) -> None:
         a = anomaly(i, int(at * 1e9))

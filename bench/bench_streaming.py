@@ -50,7 +50,7 @@ from fabricwatch.local.workers import WorkerProcess
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.messages import Anomaly, Symptom, SymptomBatch, decode
 from fabricwatch.schemas.trace import TraceReader
-from fabricwatch.streams.kafka_io import DEFAULT_PARTITIONS, BrokerSettings, ensure_topics, log_ends
+from fabricwatch.streams.kafka_io import CODECS, DEFAULT_PARTITIONS, BrokerSettings, ensure_topics, log_ends
 from fabricwatch.streams.traces import publish_trace
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
@@ -272,7 +272,7 @@ def main() -> None:
     ap.add_argument("--no-latency", action="store_true", help="drain only (the scale mode)")
     ap.add_argument(
         "--compression",
-        choices=["zstd", "lz4", "gzip", "none"],
+        choices=CODECS,
         default=BrokerSettings().compression,
         help="the publisher's codec (broker.compression; default as the collectors')",
     )

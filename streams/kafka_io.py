@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import msgspec
 
@@ -50,6 +50,11 @@ _ENV = {
 }
 
 
+Codec = Literal["zstd", "lz4", "gzip", "none"]
+CODECS: tuple[str, ...] = get_args(Codec)
+"""The producers' codecs ``broker.compression`` offers ("none": no compression)."""
+
+
 class BrokerSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     bootstrap: str = ""
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
@@ -59,7 +64,7 @@ class BrokerSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     ssl_cafile: str | None = None
     connect_timeout_s: Positive = 10.0
     partitions: dict[str, AtLeastOne] = msgspec.field(default_factory=dict)
-    compression: Literal["zstd", "lz4", "gzip", "none"] = "zstd"
+    compression: Codec = "zstd"
     """How ``Publisher`` compresses its batches: the collectors, ``replay``, ``run`` and the other
     producers outside the workers. Stage 1 pays the decompression of every counters message and
     the collectors the compression:
@@ -216,11 +221,6 @@ async def read_to_end(consumer: Any, tps: list[Any]) -> bool:
     return all(p >= ends[tp] for p, tp in zip(positions, tps, strict=True))
 
 
-def _codec(name: str) -> str | None:
-    """kafka-python's ``compression_type`` for a codec's name ("none": no compression)."""
-    return None if name == "none" else name
-
-
 @dataclass
 class PublisherStats:
     sent: int = 0
@@ -251,7 +251,6 @@ class Publisher:
         settings: BrokerSettings,
         linger_ms: int = 20,
         batch_size: int = 512 * 1024,
-        compression: Literal["zstd", "lz4", "gzip", "none"] | None = None,
         max_unacked_bytes: int = 64 * 1024 * 1024,
         max_block_s: float = 30.0,
     ) -> None:
@@ -267,7 +266,7 @@ class Publisher:
             **settings.kafka_kwargs(),
             linger_ms=linger_ms,
             batch_size=batch_size,
-            compression_type=_codec(compression or settings.compression),
+            compression_type=None if settings.compression == "none" else settings.compression,
             max_block_ms=int(max_block_s * 1000),
             max_request_size=8 * 1024 * 1024,
             acks="all",

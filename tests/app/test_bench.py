@@ -84,6 +84,22 @@ def test_the_streaming_benchmark_s_scale_mode_drains_only_and_says_what_bent_the
     assert lines["streaming_backlog"]["broker_cpu_us_per_message"] >= 0
 
 
+@pytest.mark.processes  # a broker
+def test_the_consumer_benchmark_publishes_each_codec_as_named():
+    """Each codec's topic is written with that codec ("none" uncompressed, not the default), and
+    read whole by the client measured."""
+    cmd = [sys.executable, "bench/bench_consumer.py", "--scenario", "scenarios/demo.yaml"]
+    cmd += ["--duration", "5", "--rounds", "1", "--clients", "aiokafka"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    rates = {line["codec"]: line["compression_rate"] for line in lines if line["bench"] == "consumer_publish"}
+    assert rates["none"] == 1.0
+    assert all(0 < rate < 1 for codec, rate in rates.items() if codec != "none"), rates
+    read = {line["codec"] for line in lines if line["bench"] == "consumer" and line["client"] == "aiokafka"}
+    assert read == set(rates) == {"zstd", "lz4", "gzip", "none"}
+
+
 @pytest.mark.processes  # a broker and a worker
 def test_a_worker_that_exits_at_start_stops_the_streaming_benchmark_with_its_reason(tmp_path):
     config = tmp_path / "site.yaml"

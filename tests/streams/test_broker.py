@@ -17,6 +17,7 @@ from fabricwatch.local.processes import fabricwatch_command
 from fabricwatch.schemas import topics
 from fabricwatch.schemas.trace import TraceReader, read_labels
 from fabricwatch.streams.kafka_io import (
+    CODECS,
     DEFAULT_PARTITIONS,
     BrokerSettings,
     ensure_topics,
@@ -62,7 +63,7 @@ def test_one_device_stays_in_order_on_one_partition(broker, tmp_path):
     assert times and all(t == sorted(t) for t in times.values())
 
 
-@pytest.mark.parametrize("codec", ["zstd", "lz4", "gzip", "none"])
+@pytest.mark.parametrize("codec", CODECS)
 def test_every_codec_the_broker_section_offers_is_read_by_every_reader(broker, codec, tmp_path):
     """A site that sets ``broker.compression`` must not find a reader that cannot decompress it: the
     sink and the alerter read with kafka-python, stage 1 and stage 2 with aiokafka, and each needs
