@@ -46,8 +46,8 @@ from fabricwatch.detectors.fabric import EcnCurve
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.jobs import MANY_TO_ONE
 from fabricwatch.detectors.persistence import LACK_OF_DATA_S, StreakTable
-from fabricwatch.detectors.rates import RateFrame
-from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, SymptomKind
+from fabricwatch.detectors.rates import CounterColumns, RateFrame
+from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, PollStack, SymptomKind
 from fabricwatch.schemas.config import AtLeastOne, Fraction, Positive
 from fabricwatch.schemas.messages import Phase, Symptom, check_ecn_curve
 
@@ -114,11 +114,7 @@ class IncastDetector:
     def update(self, poll: Poll) -> list[Symptom]:
         """The switch's ECN thresholds per (port, queue) are the topology's where it knows them."""
         frame, line_Bps = poll.frame, poll.line_Bps
-        if (
-            frame.layout.columns_of(self.SIGNALS).size
-            and not frame.any_above_zero(self.SIGNALS)
-            and not self._streaks.open(frame.device)
-        ):
+        if self._unmarked(frame) and not self._streaks.open(frame.device):
             rx, tx = frame.port("rx_bytes"), frame.port("tx_bytes")
             if rx is not None and tx is not None:
                 self._keep_quiet(frame, rx, tx)
@@ -127,34 +123,22 @@ class IncastDetector:
         if queues.size == 0:
             return []
         cfg = self.config
-        ecn = frame.aligned("queue_ecn_marked_packets", queues)
         drops = frame.aligned("queue_drops", queues)
-        occupancy = frame.aligned("queue_occupancy_bytes", queues)
         tx = frame.port("tx_bytes")
         rx = frame.port("rx_bytes")
-
         band = EcnBand.of(cfg, poll.fabric.ecn_curve(frame.device, frame.ports, queues), watermark.shape)
-        by_depth = band.position(watermark)
-        share = self._marked_share(frame, ecn, queues)
-        by_marks = share / (band.pmax * cfg.standing_marks)
-        position = np.fmax(by_depth, by_marks)
+        read = _Queues.read(cfg, frame, line_Bps, band)
+        ecn, occupancy = read.ecn, read.occupancy
+        by_depth, by_marks, position = read.by_depth, read.by_marks, read.position
         streak = self._streaks.get(frame.device, watermark.shape)
-        marks_standing = share >= cfg.line_rate_marks
-        beginning = np.zeros(watermark.shape, dtype=bool)
-        if occupancy is not None:  # the poll it began in: busy for part of it, still standing
-            beginning = marks_standing & (streak.polls == 0) & ~streak.active & (occupancy >= band.kmin)
-        saturated = (tx >= cfg.full_poll_utilisation * line_Bps)[:, None]
-        stood_at_line_rate = (saturated & marks_standing) | beginning
-        deep = (position >= cfg.band_fraction) | stood_at_line_rate
+        # the poll it began in: busy for part of it, still standing
+        beginning = read.could_begin & (streak.polls == 0) & ~streak.active
         held = (position >= cfg.hold_band_fraction) & ((streak.polls > 0) | streak.active)
         began = self._began.pop(frame.device, None)
         if began is not None and began.shape == held.shape:
             held &= ~began  # a start in a partial poll goes on only at line rate or deep
-        marking = deep | held if ecn is None else (deep | held) & (ecn > 0)
-        busy = (tx >= cfg.min_egress_utilisation * line_Bps)[:, None]
-        standing = busy if occupancy is None else (occupancy >= band.kmin) | (busy & marks_standing)
         fan_in, by_rise = self._fan_in(frame.device, rx, tx, cfg.fan_in_port_fraction * line_Bps)
-        congested = marking & standing & poll.fabric.host_facing(frame.device, frame.ports)[:, None]
+        congested = read.congested(beginning, held, poll.fabric.host_facing(frame.device, frame.ports))
         fed = (fan_in >= cfg.min_fan_in)[:, None]
 
         # A queue whose depth and marks are both unknown, or whose standing cannot be read, is
@@ -199,6 +183,48 @@ class IncastDetector:
             ended,
         )
 
+    def screen(self, stack: PollStack) -> np.ndarray:
+        """Per poll: nothing marked, or no queue congested as in a streak's first poll
+        (``update``'s reading with no streak open, the only case a screen is asked)."""
+        watermark, queues = stack.indexed("queue_watermark_bytes")
+        if queues.size == 0:
+            return np.ones(len(stack.frames), dtype=bool)
+        marked = self._marked_each(stack)
+        passed = ~marked
+        if not marked.any():
+            return passed
+        if stack.port("rx_bytes") is None or stack.port("tx_bytes") is None:
+            return passed  # ``update`` judges the others, and says what is wrong with them
+        stack = stack.only(marked)
+        curves = [stack.fabric.ecn_curve(f.device, f.ports, queues) for f in stack.frames]
+        shape = (len(stack.frames), *watermark.shape[1:])
+        read = _Queues.read(self.config, stack, stack.line_Bps, EcnBand.stacked(self.config, curves, shape))
+        congested = read.congested(read.could_begin, np.zeros(shape, dtype=bool), stack.host_facing())
+        passed[marked] = ~congested.any(axis=(1, 2))
+        return passed
+
+    def pass_over(self, poll: Poll) -> None:
+        """The switch's rates, kept as its last quiet ones, as ``update`` keeps them."""
+        frame = poll.frame
+        rx, tx = frame.port("rx_bytes"), frame.port("tx_bytes")
+        if rx is None or tx is None:
+            return
+        if not self._unmarked(frame):
+            if frame.layout.indexed("queue_watermark_bytes")[1].size == 0:
+                return
+            self._began.pop(frame.device, None)
+        self._keep_quiet(frame, rx, tx)
+
+    def _unmarked(self, frame: RateFrame) -> bool:
+        """The switch counts ECN marks and marked none this poll."""
+        return bool(frame.layout.columns_of(self.SIGNALS).size) and not frame.any_above_zero(self.SIGNALS)
+
+    def _marked_each(self, stack: PollStack) -> np.ndarray:
+        """Per poll, not ``_unmarked``: marks counted, or no mark counter to tell."""
+        if not stack.layout.columns_of(self.SIGNALS).size:
+            return np.ones(len(stack.frames), dtype=bool)
+        return stack.above_zero(self.SIGNALS)
+
     def _keep_quiet(self, frame: RateFrame, rx: np.ndarray, tx: np.ndarray) -> None:
         """A poll with no queue of the switch congested: what its ports carry when no incast runs."""
         self._quiet[frame.device] = (rx.copy(), tx.copy())
@@ -228,17 +254,6 @@ class IncastDetector:
         brought = np.where(rose & ~np.isnan(rise), rise, 0.0)
         by_rise = brought.sum() - brought >= 0.5 * (tx - tx_before)
         return np.where(by_rise, rose.sum() - rose, level_in), by_rise
-
-    @staticmethod
-    def _marked_share(frame: RateFrame, ecn: np.ndarray | None, queues: np.ndarray) -> np.ndarray:
-        """The share of each queue's packets marked in the poll: WRED marks ``pmax`` of them at the
-        top of the band, so divided by it this says where the queue stood; NaN where the switch
-        counts no marked or no sent packets."""
-        sent = frame.aligned("queue_tx_packets", queues)
-        if ecn is None or sent is None:
-            return np.full((len(frame.ports), len(queues)), np.nan)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(sent > 0, ecn / sent, np.nan)
 
     def _congested_throughout(
         self,
@@ -312,9 +327,90 @@ class EcnBand:
             known,
         )
 
+    @classmethod
+    def stacked(cls, cfg: IncastConfig, curves: list[EcnCurve | None], shape: tuple[int, ...]) -> EcnBand:
+        """The bands of a stack of polls (``shape``: polls x ports x queues), one curve a poll."""
+        if all(curve is None for curve in curves):
+            return cls.of(cfg, None, shape)
+        bands = [cls.of(cfg, curve, shape[1:]) for curve in curves]
+        return cls(
+            *(np.stack([getattr(b, f) for b in bands]) for f in ("kmin", "kmax", "pmax", "from_topology"))
+        )
+
     def position(self, depth: np.ndarray) -> np.ndarray:
         """0 at Kmin, 1 at Kmax."""
         return (depth - self.kmin) / (self.kmax - self.kmin)
+
+
+@dataclass(frozen=True)
+class _Queues:
+    """What a poll (or a stack of polls: a leading axis) shows of each (port, queue) before its
+    streak is asked: ``update`` and ``screen`` read a queue the same way."""
+
+    cfg: IncastConfig
+    ecn: np.ndarray | None
+    occupancy: np.ndarray | None
+    by_depth: np.ndarray
+    by_marks: np.ndarray
+    position: np.ndarray
+    marks_standing: np.ndarray
+    saturated: np.ndarray
+    standing: np.ndarray
+    could_begin: np.ndarray
+    """Still standing when read with its marks at line rate's share: a streak's first poll, the
+    port busy for only part of it (never without a depth gauge)."""
+
+    @classmethod
+    def read(
+        cls, cfg: IncastConfig, counters: CounterColumns, line_Bps: np.ndarray, band: EcnBand
+    ) -> _Queues:
+        watermark, queues = counters.indexed("queue_watermark_bytes")
+        ecn = counters.aligned("queue_ecn_marked_packets", queues)
+        occupancy = counters.aligned("queue_occupancy_bytes", queues)
+        tx = counters.port("tx_bytes")
+        by_depth = band.position(watermark)
+        share = _marked_share(counters, ecn, queues, watermark.shape)
+        by_marks = share / (band.pmax * cfg.standing_marks)
+        marks_standing = share >= cfg.line_rate_marks
+        busy = (tx >= cfg.min_egress_utilisation * line_Bps)[..., None]
+        if occupancy is None:
+            standing, could_begin = busy, np.zeros(watermark.shape, dtype=bool)
+        else:
+            above_kmin = occupancy >= band.kmin
+            standing, could_begin = above_kmin | (busy & marks_standing), marks_standing & above_kmin
+        return cls(
+            cfg,
+            ecn,
+            occupancy,
+            by_depth,
+            by_marks,
+            np.fmax(by_depth, by_marks),
+            marks_standing,
+            (tx >= cfg.full_poll_utilisation * line_Bps)[..., None],
+            standing,
+            could_begin,
+        )
+
+    def congested(self, beginning: np.ndarray, held: np.ndarray, host_facing: np.ndarray) -> np.ndarray:
+        """Deep in its band (or standing at line rate, or ``beginning``), or ``held`` above the
+        hold level; marking where the switch counts marks; standing; on a host-facing port."""
+        stood_at_line_rate = (self.saturated & self.marks_standing) | beginning
+        deep = (self.position >= self.cfg.band_fraction) | stood_at_line_rate
+        marking = deep | held if self.ecn is None else (deep | held) & (self.ecn > 0)
+        return marking & self.standing & host_facing[..., None]
+
+
+def _marked_share(
+    counters: CounterColumns, ecn: np.ndarray | None, queues: np.ndarray, shape: tuple[int, ...]
+) -> np.ndarray:
+    """The share of each queue's packets marked in the poll: WRED marks ``pmax`` of them at the
+    top of the band, so divided by it this says where the queue stood; NaN where the switch
+    counts no marked or no sent packets."""
+    sent = counters.aligned("queue_tx_packets", queues)
+    if ecn is None or sent is None:
+        return np.full(shape, np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(sent > 0, ecn / sent, np.nan)
 
 
 # Stage 2: an incast is into a host (every rail's leaf port of it at once is one incident),

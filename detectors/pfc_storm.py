@@ -14,6 +14,7 @@ counter (microseconds paused per second), which is exact, rather than inferred f
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -22,8 +23,16 @@ import numpy as np
 from fabricwatch.detectors.evidence import cell_symptom, evidence
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.persistence import LACK_OF_DATA_S, StreakTable
-from fabricwatch.detectors.rates import RateFrame
-from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
+from fabricwatch.detectors.rates import CounterColumns
+from fabricwatch.detectors.spec import (
+    Describer,
+    Detector,
+    IncidentKind,
+    Placement,
+    Poll,
+    PollStack,
+    SymptomKind,
+)
 from fabricwatch.schemas.config import Fraction, Positive
 from fabricwatch.schemas.messages import RootCause, Symptom
 
@@ -93,32 +102,51 @@ class PfcWatchdog:
             ended,
         )
 
+    def screen(self, stack: PollStack) -> np.ndarray:
+        """Per poll: nothing paused, or no queue paused that holds data and sends nothing."""
+        _, prios = stack.indexed("rx_pfc_frames")
+        if prios.size == 0:
+            return np.ones(len(stack.frames), dtype=bool)
+        paused = stack.above_zero(self.SIGNALS)
+        passed = ~paused
+        if not paused.any():
+            return passed
+        stack = stack.only(paused)
+        rx_frames = stack.indexed("rx_pfc_frames")[0]
+        paused_frac = _by_priority(stack, "rx_pfc_duration_us", prios) / _US_PER_S
+        storming = self._condition(stack, rx_frames, paused_frac, prios, stack.line_Bps)
+        passed[paused] = ~storming.any(axis=(1, 2))
+        return passed
+
+    def pass_over(self, poll: Poll) -> None:
+        """Nothing to keep: a poll that starts no storm leaves no trace while none is open."""
+
     def _condition(
         self,
-        frame: RateFrame,
+        frame: CounterColumns,
         rx_frames: np.ndarray,
         paused_frac: np.ndarray,
         prios: np.ndarray,
         line_Bps: np.ndarray,
     ) -> np.ndarray:
         cfg = self.config
-        idle_Bps = cfg.idle_tx_fraction * line_Bps[:, None]
+        idle_Bps = cfg.idle_tx_fraction * line_Bps[..., None]
         occupancy = frame.aligned("queue_occupancy_bytes", prios)
         if occupancy is None:
-            tx = frame.port("tx_bytes")[:, None]
+            tx = frame.port("tx_bytes")[..., None]
             return (paused_frac >= cfg.paused_fraction) & (tx < idle_Bps)
         queue_tx = frame.aligned("queue_tx_bytes", prios)
         if queue_tx is None:
-            queue_tx = np.repeat(frame.port("tx_bytes")[:, None], prios.size, axis=1)
+            queue_tx = np.repeat(frame.port("tx_bytes")[..., None], prios.size, axis=-1)
         paused = (rx_frames > 0) | (paused_frac >= cfg.paused_fraction)
         queued = occupancy > 0
         silent = queue_tx < idle_Bps
         return paused & queued & silent
 
 
-def _by_priority(frame: RateFrame, name: str, wanted: np.ndarray) -> np.ndarray:
+def _by_priority(frame: CounterColumns, name: str, wanted: np.ndarray) -> np.ndarray:
     found = frame.aligned(name, wanted)
-    return np.full((len(frame.ports), wanted.size), np.nan) if found is None else found
+    return np.full((*frame.values.shape[:-1], wanted.size), np.nan) if found is None else found
 
 
 class StalledEgress:
@@ -149,35 +177,18 @@ class StalledEgress:
         frame, line_Bps = poll.frame, poll.line_Bps
         if not frame.any_above_zero(self.SIGNALS) and not self._stall.open(frame.device):
             return []  # no ingress port paused and nothing open: the poll would change nothing
-        rx_frames, prios = frame.indexed("rx_pfc_frames")
-        tx_pfc = frame.aligned("tx_pfc_frames", prios)
-        queue_tx = frame.aligned("queue_tx_bytes", prios)
-        if prios.size == 0 or tx_pfc is None or queue_tx is None:
+        read = _Egress.read(self.config, frame, line_Bps)
+        if read is None:
             return []
-        cfg = self.config
-        held = frame.aligned("queue_occupancy_bytes", prios)
-        if held is None:
-            held = frame.aligned("queue_watermark_bytes", prios)
-        if held is None:
-            return []
-        paused_frac = _by_priority(frame, "rx_pfc_duration_us", prios) / _US_PER_S
-        not_paused = (rx_frames == 0) & ~(paused_frac >= cfg.paused_fraction)
-        silent = queue_tx < cfg.idle_tx_fraction * line_Bps[:, None]
-        pausing_ingress = (tx_pfc > 0).any(axis=0)[None, :]
-        full = held >= cfg.stalled_queue_bytes
-        stall = self._stall.get(frame.device, full.shape)
-        flowing = self._flowing.get(frame.device, full.shape)
-        sent = np.clip(np.nan_to_num(queue_tx / line_Bps[:, None]), 0.0, 1.0)
-        # The poll in which it stopped counts for the share of it spent stopped (as the NIC's
-        # pause time does), when that is most of it: a port still sending half its line rate
-        # is a busy queue (an incast pausing its feeders), not a stopped one.
-        began = full & not_paused & pausing_ingress & (sent < 0.5) & (stall.polls == 0)
-        stalled = (full & silent & not_paused & pausing_ingress) | began
-        known = ~(np.isnan(queue_tx) | np.isnan(held) | np.isnan(rx_frames))
-        stall.step(stalled, frame.ts_ns, frame.dt_s, held_s=(1.0 - sent) * frame.dt_s, known=known)
+        cfg, prios, tx_pfc, queue_tx, held = self.config, read.prios, read.tx_pfc, read.queue_tx, read.held
+        stall = self._stall.get(frame.device, read.full.shape)
+        flowing = self._flowing.get(frame.device, read.full.shape)
+        stalled = read.stalled(stall.polls == 0)
+        known = ~(np.isnan(queue_tx) | np.isnan(held) | np.isnan(read.rx_frames))
+        stall.step(stalled, frame.ts_ns, frame.dt_s, held_s=(1.0 - read.sent) * frame.dt_s, known=known)
         if not stall.running and not stall.any_active:
             return []
-        flowing.step(~silent | ~full, frame.ts_ns, frame.dt_s, known=known)
+        flowing.step(~read.silent | ~read.full, frame.ts_ns, frame.dt_s, known=known)
         stall.start(stall.seconds >= cfg.detection_time_s)
         cleared = stall.stop(flowing.seconds >= cfg.restoration_time_s)
         ended = stall.lapse(frame.ts_ns, cfg.lack_of_data_s)
@@ -198,6 +209,77 @@ class StalledEgress:
             frame.ts_ns,
             ended,
         )
+
+    def screen(self, stack: PollStack) -> np.ndarray:
+        """Per poll: no ingress port paused, or no queue stalled as in a stall's first poll."""
+        pausing = stack.above_zero(self.SIGNALS)
+        passed = ~pausing
+        if not pausing.any():
+            return passed
+        stack = stack.only(pausing)
+        read = _Egress.read(self.config, stack, stack.line_Bps)
+        if read is None:
+            return np.ones(len(stack.frames), dtype=bool)
+        passed[pausing] = ~read.stalled(True).any(axis=(1, 2))
+        return passed
+
+    def pass_over(self, poll: Poll) -> None:
+        """Nothing to keep: a poll that starts no stall leaves no trace while none is open."""
+
+
+@dataclass(frozen=True)
+class _Egress:
+    """What a switch's poll (or a stack of them: a leading axis) shows of each (port, priority)
+    queue's egress: ``StalledEgress.update`` and its ``screen`` read it the same way."""
+
+    prios: np.ndarray
+    rx_frames: np.ndarray
+    tx_pfc: np.ndarray
+    queue_tx: np.ndarray
+    held: np.ndarray
+    """What the queue holds: its depth, or its watermark on a switch without a depth gauge."""
+    not_paused: np.ndarray
+    silent: np.ndarray
+    pausing_ingress: np.ndarray
+    full: np.ndarray
+    sent: np.ndarray
+    """The share of line rate it sent, 0 to 1."""
+
+    @classmethod
+    def read(cls, cfg: PfcStormConfig, frame: CounterColumns, line_Bps: np.ndarray) -> _Egress | None:
+        """None where the switch lacks what a stall is read from."""
+        rx_frames, prios = frame.indexed("rx_pfc_frames")
+        tx_pfc = frame.aligned("tx_pfc_frames", prios)
+        queue_tx = frame.aligned("queue_tx_bytes", prios)
+        if prios.size == 0 or tx_pfc is None or queue_tx is None:
+            return None
+        held = frame.aligned("queue_occupancy_bytes", prios)
+        if held is None:
+            held = frame.aligned("queue_watermark_bytes", prios)
+        if held is None:
+            return None
+        paused_frac = _by_priority(frame, "rx_pfc_duration_us", prios) / _US_PER_S
+        return cls(
+            prios,
+            rx_frames,
+            tx_pfc,
+            queue_tx,
+            held,
+            not_paused=(rx_frames == 0) & ~(paused_frac >= cfg.paused_fraction),
+            silent=queue_tx < cfg.idle_tx_fraction * line_Bps[..., None],
+            pausing_ingress=(tx_pfc > 0).any(axis=-2, keepdims=True),
+            full=held >= cfg.stalled_queue_bytes,
+            sent=np.clip(np.nan_to_num(queue_tx / line_Bps[..., None]), 0.0, 1.0),
+        )
+
+    def stalled(self, first: np.ndarray | bool) -> np.ndarray:
+        """Full, silent, not paused, and its switch pausing ingress; or, in a stall's ``first``
+        poll, full and sending under half its line rate: the poll in which it stopped counts for
+        the share of it spent stopped (as the NIC's pause time does), when that is most of it. A
+        port still sending half its line rate is a busy queue (an incast pausing its feeders),
+        not a stopped one."""
+        stopped = self.full & self.not_paused & self.pausing_ingress
+        return (stopped & self.silent) | (stopped & (self.sent < 0.5) & first)
 
 
 class NicPauseStorm:

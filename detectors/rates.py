@@ -157,32 +157,27 @@ class Layout:
         return found
 
 
-@dataclass
-class RateFrame:
-    """Rates of one device over one interval: counters per second, gauges and watermarks as read."""
+class CounterColumns:
+    """Reading counters out of ``values`` (ports x columns, or any leading axes before them: a
+    stack of polls) by name, through ``layout``."""
 
-    device: str
-    device_kind: str
-    ts_ns: int
-    dt_s: float
-    ports: list[str]
     layout: Layout
     values: np.ndarray
 
     def port(self, name: str) -> np.ndarray | None:
         """One port-scope counter for every port, or None if this device does not report it."""
         col = self.layout.col(name)
-        return None if col is None else self.values[:, col]
+        return None if col is None else self.values[..., col]
 
     def indexed(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """A per-priority or per-queue counter as ports x indices, with the index numbers."""
         cols, numbers = self.layout.indexed(name)
-        return self.values[:, cols], numbers
+        return self.values[..., cols], numbers
 
     def any_above_zero(self, names: frozenset[str]) -> bool:
         """Whether any of these counters (at any index) rose or read above zero; unknown is not."""
         cols = self.layout.columns_of(names)
-        return bool(cols.size) and bool((self.values[:, cols] > 0).any())
+        return bool(cols.size) and bool((self.values[..., cols] > 0).any())
 
     def aligned(self, name: str, wanted: np.ndarray) -> np.ndarray | None:
         """A per-priority/per-queue counter as ports x ``wanted`` index numbers (NaN where this
@@ -192,10 +187,23 @@ class RateFrame:
             return None
         cols, present = found
         if present is None:
-            return self.values[:, cols]
-        out = np.full((self.values.shape[0], wanted.size), np.nan)
-        out[:, present] = self.values[:, cols]
+            return self.values[..., cols]
+        out = np.full((*self.values.shape[:-1], wanted.size), np.nan)
+        out[..., present] = self.values[..., cols]
         return out
+
+
+@dataclass
+class RateFrame(CounterColumns):
+    """Rates of one device over one interval: counters per second, gauges and watermarks as read."""
+
+    device: str
+    device_kind: str
+    ts_ns: int
+    dt_s: float
+    ports: list[str]
+    layout: Layout
+    values: np.ndarray
 
 
 @dataclass

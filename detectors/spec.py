@@ -20,7 +20,7 @@ delivers a kind it has never heard of.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -32,7 +32,7 @@ from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.job_calls import CommCalls
 from fabricwatch.detectors.job_steps import JobSteps
 from fabricwatch.detectors.jobs import JobAttribution
-from fabricwatch.detectors.rates import RateFrame
+from fabricwatch.detectors.rates import CounterColumns, Layout, RateFrame
 from fabricwatch.detectors.roots import Roots
 from fabricwatch.schemas.messages import RootCause, Symptom
 
@@ -47,6 +47,38 @@ class Poll:
     fabric: FabricMap
 
 
+@dataclass(frozen=True)
+class PollStack(CounterColumns):
+    """Polls of one device kind, counter layout and port count, stacked for a detector's
+    ``screen``: ``values`` is polls x ports x columns, so the columns read as in a poll's frame
+    (``port``, ``aligned``) with a leading axis of polls."""
+
+    frames: Sequence[RateFrame]
+    line_Bps: np.ndarray
+    """Polls x ports, as each poll's ``Poll.line_Bps``."""
+    fabric: FabricMap
+    layout: Layout
+    values: np.ndarray
+
+    @classmethod
+    def of(cls, frames: Sequence[RateFrame], lines: Sequence[np.ndarray], fabric: FabricMap) -> PollStack:
+        return cls(frames, np.stack(lines), fabric, frames[0].layout, np.stack([f.values for f in frames]))
+
+    def only(self, which: np.ndarray) -> PollStack:
+        """The polls of the stack where ``which`` (a boolean per poll) holds."""
+        frames = [f for f, keep in zip(self.frames, which.tolist(), strict=True) if keep]
+        return PollStack(frames, self.line_Bps[which], self.fabric, self.layout, self.values[which])
+
+    def host_facing(self) -> np.ndarray:
+        """Polls x ports: ``FabricMap.host_facing`` of each poll's device."""
+        return np.stack([self.fabric.host_facing(f.device, f.ports) for f in self.frames])
+
+    def above_zero(self, names: frozenset[str]) -> np.ndarray:
+        """Per poll, ``RateFrame.any_above_zero``."""
+        cols = self.layout.columns_of(names)
+        return (self.values[..., cols] > 0).any(axis=(1, 2))
+
+
 class DeviceDetector(Protocol):
     def update(self, poll: Poll) -> list[Symptom]:
         """Symptoms that started, changed or cleared in this poll."""
@@ -55,6 +87,23 @@ class DeviceDetector(Protocol):
     def open(self, device: str) -> bool:
         """Whether a streak of the device's is running or reported: its next poll matters even if
         it carries none of the detector's signals."""
+        ...
+
+
+@runtime_checkable
+class Screening(DeviceDetector, Protocol):
+    """A device detector that reads every poll of its devices (it declares no ``signals``) but can
+    tell, for a whole batch's polls of one layout in one numpy pass, which of them it would judge
+    for nothing: a marking switch's incast screen costs a stack's pass, not one per switch."""
+
+    def screen(self, stack: PollStack) -> np.ndarray:
+        """Per poll of the stack: whether, its device having no streak open, ``update`` would say
+        nothing and change nothing but what ``pass_over`` keeps. Read from the poll alone."""
+        ...
+
+    def pass_over(self, poll: Poll) -> None:
+        """What ``update`` keeps of a poll its screen passed over (the incast detector: the
+        switch's rates when no queue is congested)."""
         ...
 
 

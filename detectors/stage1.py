@@ -7,15 +7,18 @@ stacked numpy passes, and a device's poll skipped when it carries none of the si
 detectors declare (no pause, ECN mark or CNP above zero on a NIC) while none of their streaks is
 open, since for such a poll they change nothing and say nothing. A fabric has ten NIC snapshots
 for every switch one, and nearly all are quiet. A kind with a detector that declares no signals
-(the switch: incast and ECMP read every poll) is never skipped. Paced detectors (a degrading
-optic, a port at the wrong speed) are given a device's poll when they say it is due, calm or not
-(``paced.py``); those that judge a series of polls (a job's rhythm) take note of every poll
-(``Recorder``), calm or not.
+(the switch: incast and ECMP read every poll) is never skipped whole; its detectors that screen
+(``spec.Screening``: incast, the PFC watchdog, the stalled egress) each read the batch's polls of
+one layout in one numpy pass, and a poll they would judge for nothing skips them while its device
+has no streak of theirs open: every switch marks ECN under DCQCN, few have an incast. Paced
+detectors (a degrading optic, a port at the wrong speed) are given a device's poll when they say it
+is due, calm or not (``paced.py``); those that judge a series of polls (a job's rhythm) take note
+of every poll (``Recorder``), calm or not.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -25,7 +28,7 @@ from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.outliers import OutlierStage
 from fabricwatch.detectors.rates import RateEngine, RateFrame
 from fabricwatch.detectors.registry import REGISTRY, Registry
-from fabricwatch.detectors.spec import DeviceDetector, PacedDetector, Poll, Recorder
+from fabricwatch.detectors.spec import DeviceDetector, PacedDetector, Poll, PollStack, Recorder, Screening
 from fabricwatch.detectors.windows import WindowedDetector, WindowError
 from fabricwatch.schemas.messages import Snapshot, Symptom, Topology
 from fabricwatch.schemas.periods import Periods
@@ -50,6 +53,8 @@ class Stage1:
         self._detectors: dict[str, list[DeviceDetector]] = {"nic": [], "switch": []}
         self._paced: dict[str, list[PacedDetector]] = {"nic": [], "switch": []}
         self._recorders: dict[str, list[Recorder]] = {"nic": [], "switch": []}
+        self._screening: dict[str, list[Screening]] = {"nic": [], "switch": []}
+        """Detectors that screen a batch's polls of a layout at once (``spec.Screening``)."""
         self._windowed: dict[str, WindowedDetector] = {}
         """Detectors that judge a device over a window, by name: their windows move with the device."""
         self._periodic: list[PeriodJudge] = []
@@ -60,6 +65,8 @@ class Stage1:
                 (self._paced if spec.paced else self._detectors)[kind].append(detector)  # type: ignore[arg-type]
                 if spec.records:
                     self._recorders[kind].append(detector)  # type: ignore[arg-type]
+                if isinstance(detector, Screening) and not spec.paced:
+                    self._screening[kind].append(detector)
             if hasattr(detector, "window_state"):
                 self._windowed[spec.name] = detector  # type: ignore[assignment]
             if hasattr(detector, "take_periods"):
@@ -94,8 +101,11 @@ class Stage1:
         speeds = [self.fabric.speeds(s.device, s.ports) for s in snaps]
         frames = self.rates.update_batch(snaps, [known for _, known in speeds])
         calm = self._calm(frames) if self._outliers is None else set()
+        lines = [line for line, _ in speeds]
+        judged = [i for i, f in enumerate(frames) if f is not None and i not in after_dark and i not in calm]
+        passed = self._screened(frames, lines, judged)
         out: list[tuple[RateFrame | None, list[Symptom]]] = []
-        for i, (frame, (line, _)) in enumerate(zip(frames, speeds, strict=True)):
+        for i, (frame, line) in enumerate(zip(frames, lines, strict=True)):
             if frame is None or i in after_dark:
                 out.append((frame, []))
                 continue
@@ -103,7 +113,7 @@ class Stage1:
             if i in calm and frame.device not in self._open:  # open: as left
                 out.append((frame, self._check_paced(frame, line)))
             else:
-                out.append((frame, self._detect(frame, line)))
+                out.append((frame, self._detect(frame, line, passed.get(i, ()))))
         return out
 
     def _record(self, frame: RateFrame, line: np.ndarray) -> None:
@@ -113,10 +123,21 @@ class Stage1:
             for recorder in recorders:
                 recorder.record(poll)
 
-    def _detect(self, frame: RateFrame, line: np.ndarray) -> list[Symptom]:
+    def _detect(
+        self, frame: RateFrame, line: np.ndarray, passed: Collection[Screening] = ()
+    ) -> list[Symptom]:
+        """``passed``: the detectors whose screen passed over this poll, which judge it only if a
+        streak of its device is open by now (an earlier poll of the device in the batch may have
+        opened one)."""
         poll = Poll(frame, line, self.fabric)
         detectors = self._detectors.get(frame.device_kind, [])
-        symptoms = [s for d in detectors for s in d.update(poll)] + self._check_paced(frame, line, poll)
+        symptoms = []
+        for d in detectors:
+            if d in passed and not d.open(frame.device):
+                d.pass_over(poll)  # type: ignore[attr-defined]
+            else:
+                symptoms += d.update(poll)
+        symptoms += self._check_paced(frame, line, poll)
         if self._signals.get(frame.device_kind) is not None:
             if any(d.open(frame.device) for d in detectors):
                 self._open.add(frame.device)
@@ -195,15 +216,30 @@ class Stage1:
             if w.seen(snap.device, snap.device_kind, snap.ts_ns, source)
         }
 
+    def _screened(
+        self, frames: Sequence[RateFrame | None], lines: Sequence[np.ndarray], judged: Sequence[int]
+    ) -> dict[int, list[Screening]]:
+        """Per poll to be judged, the screening detectors that would judge it for nothing: each
+        detector's screen runs once per device kind and layout over the batch's polls of it."""
+        passed: dict[int, list[Screening]] = {}
+        for kind, members in _by_layout(frames, judged).items():
+            screening = self._screening[kind[0]]
+            if not screening:
+                continue
+            stack = PollStack.of([frames[i] for i in members], [lines[i] for i in members], self.fabric)  # type: ignore[misc]
+            for detector in screening:
+                for k in np.flatnonzero(detector.screen(stack)).tolist():
+                    passed.setdefault(members[k], []).append(detector)
+        return passed
+
     def _calm(self, frames: Sequence[RateFrame | None]) -> set[int]:
         """Which frames carry none of their device kind's declared signals above zero: checked per
         layout in one numpy pass, not per frame."""
-        groups: dict[tuple[str, int, int], list[int]] = {}
-        for i, frame in enumerate(frames):
-            if frame is not None and self._signals.get(frame.device_kind) is not None:
-                groups.setdefault((frame.device_kind, id(frame.layout), frame.values.shape[0]), []).append(i)
+        signalled = [
+            i for i, f in enumerate(frames) if f is not None and self._signals.get(f.device_kind) is not None
+        ]
         calm: set[int] = set()
-        for members in groups.values():
+        for members in _by_layout(frames, signalled).values():
             first = frames[members[0]]
             assert first is not None
             signals = self._signals[first.device_kind]
@@ -211,3 +247,16 @@ class Stage1:
             shown = values[:, :, first.layout.columns_of(signals)]
             calm.update(members[k] for k in np.flatnonzero(~(shown > 0).any(axis=(1, 2))))
         return calm
+
+
+def _by_layout(
+    frames: Sequence[RateFrame | None], indexes: Sequence[int]
+) -> dict[tuple[str, int, int], list[int]]:
+    """The indexes of these (present) frames by device kind, counter layout and port count: the
+    frames whose values stack."""
+    groups: dict[tuple[str, int, int], list[int]] = {}
+    for i in indexes:
+        frame = frames[i]
+        assert frame is not None
+        groups.setdefault((frame.device_kind, id(frame.layout), frame.values.shape[0]), []).append(i)
+    return groups

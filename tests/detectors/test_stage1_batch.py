@@ -39,7 +39,17 @@ def same(a, b) -> bool:
     )
 
 
-@pytest.mark.parametrize("name", ["noisy_counters_100ms_16h", "gaps_100ms_32h", "resets_during_storm"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "noisy_counters_100ms_16h",
+        "gaps_100ms_32h",
+        "resets_during_storm",
+        "incast_1s_64h",
+        "gaugeless_1s_64h",
+        "switch_stall_200ms_64h",
+    ],
+)
 @pytest.mark.parametrize("batch", [1, 7, 500])
 def test_batches_give_what_one_at_a_time_gives(tmp_path, name, batch):
     topology, snaps = messages(tmp_path, name)

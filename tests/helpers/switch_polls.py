@@ -3,6 +3,8 @@ a storm, an incast, an ECMP group."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from fabricwatch.detectors.stage1 import Stage1
@@ -74,7 +76,13 @@ def storm(port: str) -> dict:
 
 
 def run(stage: Stage1, snaps: list[Snapshot]) -> list[list]:
-    return [stage.process(s)[1] for s in snaps]
+    """Each poll's symptoms, one poll at a time as the in-process pipeline runs stage 1. The same
+    polls in one batch, as a worker runs them (the detectors screening the batch's polls of a
+    layout at once), must give the same."""
+    batched = copy.deepcopy(stage)
+    out = [stage.process(s)[1] for s in snaps]
+    assert [symptoms for _, symptoms in batched.process_batch(snaps)] == out, "a batch differs"
+    return out
 
 
 def incast(port: str, feeders: list[str], watermark: float = 1.5e6) -> dict:
