@@ -39,8 +39,16 @@ from fabricwatch.detectors.evidence import evidence, seen_now
 from fabricwatch.detectors.incast import EcnBand, IncastConfig
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.nic_bursts import describe_nic_side
-from fabricwatch.detectors.rates import RateFrame
-from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Placement, Poll, SymptomKind
+from fabricwatch.detectors.rates import CounterColumns
+from fabricwatch.detectors.spec import (
+    Describer,
+    Detector,
+    IncidentKind,
+    Placement,
+    Poll,
+    PollStack,
+    SymptomKind,
+)
 from fabricwatch.detectors.windows import DeviceWindows, window_delay
 from fabricwatch.schemas.bursts import MicroburstConfig
 from fabricwatch.schemas.messages import RootCause, Symptom
@@ -71,69 +79,107 @@ class _Window:
     """As of the latest bucket judged: each cell's bursts, polls, peak and marks over the window."""
 
 
+@dataclass(frozen=True)
+class _Reading:
+    """What one poll adds to its switch's current bucket, per (port, queue)."""
+
+    queues: np.ndarray
+    known: np.ndarray
+    hit: np.ndarray | None = None
+    """Burst and known; None: the switch marked nothing, so the poll only counts as read."""
+    marks_s: np.ndarray | None = None
+    """ECN-marked packets of the poll's bursts (None: the switch does not count marks)."""
+    peak: np.ndarray | None = None
+    first_ns: np.ndarray | None = None
+
+
 class Microbursts(DeviceWindows[_Window]):
     def __init__(self, config: MicroburstConfig, incast: IncastConfig) -> None:
         super().__init__(_Window, config.window_s, config.bucket_s)
         self.config = config
         self.incast = incast
 
-    def record(self, poll: Poll) -> None:
-        """Count the poll's bursts per queue into the current bucket, judging the window when one
-        closes. A poll in which the switch marked nothing had no burst that cost (``MARKS``): it
-        only counts as read, at the cost of the marks' lookup."""
-        frame = poll.frame
-        watermark, queues = frame.indexed("queue_watermark_bytes")
-        tx = frame.port("tx_bytes")
+    def readings(self, stack: PollStack) -> list[_Reading | None]:
+        """Per poll of the stack, what ``record`` counts of it, read in one numpy pass (None: a
+        switch without queue watermarks or sent bytes, which it cannot read). A poll in which the
+        switch marked nothing had no burst that cost (``MARKS``): it only counts as read."""
+        watermark, queues = stack.indexed("queue_watermark_bytes")
+        tx = stack.port("tx_bytes")
         if queues.size == 0 or tx is None:
-            return
-        marks = frame.aligned("queue_ecn_marked_packets", queues)
-        if marks is not None and not frame.any_above_zero(MARKS):
-            burst = None
-            known = ~np.isnan(marks) & ~np.isnan(tx)[:, None]
+            return [None] * len(stack.frames)
+        marks = stack.aligned("queue_ecn_marked_packets", queues)
+        tx_known = ~np.isnan(tx)[..., None]
+        if marks is not None:
+            known = ~np.isnan(marks) & tx_known
+            marked = stack.above_zero(MARKS)
         else:
-            burst, known = self._bursts(poll, watermark, queues, marks, tx)
-        w = self._window(frame.device, tuple(frame.ports), queues, frame.ts_ns)
+            known = ~np.isnan(watermark) & tx_known
+            marked = np.ones(len(stack.frames), dtype=bool)
+        hit = marks_s = peak = first = np.zeros(0)
+        if marked.any():
+            burst = self._bursts(stack, watermark, queues, marks, tx)
+            hit = burst & known
+            dt_s = np.array([f.dt_s for f in stack.frames])
+            if marks is not None:
+                marks_s = np.where(hit, np.nan_to_num(marks) * dt_s[:, None, None], 0.0)
+            peak = np.where(burst, watermark, np.nan)
+            began = np.array([float(f.ts_ns - int(f.dt_s * _NS)) for f in stack.frames])
+            first = np.where(hit, began[:, None, None], np.nan)
+        return [
+            _Reading(queues, known[k], hit[k], marks_s[k] if marks_s.size else None, peak[k], first[k])
+            if marked[k]
+            else _Reading(queues, known[k])
+            for k in range(len(stack.frames))
+        ]
+
+    def record(self, poll: Poll, reading: _Reading | None = None) -> None:
+        """Count the poll's bursts per queue into the current bucket, judging the window when one
+        closes. ``reading``: the poll's, from ``readings`` of a batch; read here without one."""
+        frame = poll.frame
+        if reading is None:
+            (reading,) = self.readings(PollStack.of([frame], [poll.line_Bps], poll.fabric))
+            if reading is None:
+                return
+        w = self._window(frame.device, tuple(frame.ports), reading.queues, frame.ts_ns)
         bucket = frame.ts_ns // self._bucket_ns
         if bucket > w.bucket:
             self._judged(frame.device, self._judge(w, frame.ts_ns, frame.dt_s))
             self._advance(w, bucket)
         i = w.bucket % self._buckets
-        w.polls[..., i] += known
+        w.polls[..., i] += reading.known
         w.polls_s[i] += frame.dt_s
-        if burst is None:
+        if reading.hit is None:
             return
-        w.bursts[..., i] += burst & known
-        if marks is not None:
-            w.marks[..., i] += np.where(burst & known, np.nan_to_num(marks) * frame.dt_s, 0.0)
-        w.peak[..., i] = np.fmax(w.peak[..., i], np.where(burst, watermark, np.nan))
-        began = float(frame.ts_ns - int(frame.dt_s * _NS))
-        w.first_ns[..., i] = np.fmin(w.first_ns[..., i], np.where(burst & known, began, np.nan))
+        w.bursts[..., i] += reading.hit
+        if reading.marks_s is not None:
+            w.marks[..., i] += reading.marks_s
+        w.peak[..., i] = np.fmax(w.peak[..., i], reading.peak)
+        w.first_ns[..., i] = np.fmin(w.first_ns[..., i], reading.first_ns)
 
     def _bursts(
-        self, poll: Poll, watermark: np.ndarray, queues: np.ndarray, marks: np.ndarray | None, tx: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Per (port, queue): whether the poll had a burst, and whether it could be read at all."""
-        frame = poll.frame
-        occupancy = frame.aligned("queue_occupancy_bytes", queues)
-        band = EcnBand.of(
-            self.incast, poll.fabric.ecn_curve(frame.device, frame.ports, queues), watermark.shape
-        )
+        self,
+        stack: PollStack,
+        watermark: np.ndarray,
+        queues: np.ndarray,
+        marks: np.ndarray | None,
+        tx: np.ndarray,
+    ) -> np.ndarray:
+        """Per poll, port and queue: whether the poll had a burst."""
+        occupancy = stack.aligned("queue_occupancy_bytes", queues)
+        curves = [stack.fabric.ecn_curve(f.device, f.ports, queues) for f in stack.frames]
+        band = EcnBand.stacked(self.incast, curves, watermark.shape)
         kmin = band.kmin
-        if marks is not None:  # the cost itself; WRED marks only past the switch's own Kmin
-            reached, read = marks > 0, ~np.isnan(marks)
-        else:
-            reached, read = watermark >= kmin, ~np.isnan(watermark)
-        low = (tx < self.config.max_mean_utilisation * poll.line_Bps)[:, None]
-        burst = reached & low & ~self._held(frame, queues)
+        # the cost itself where counted: WRED marks only past the switch's own Kmin
+        reached = marks > 0 if marks is not None else watermark >= kmin
+        low = (tx < self.config.max_mean_utilisation * stack.line_Bps)[..., None]
+        burst = reached & low & ~self._held(stack, queues)
         if occupancy is not None:
-            burst &= self.config.drained(occupancy, watermark, kmin)
-        else:
-            burst &= ~self._stood(frame, marks, queues, watermark, band)
-        return burst, read & ~np.isnan(tx)[:, None]
+            return burst & self.config.drained(occupancy, watermark, kmin)
+        return burst & ~self._stood(stack, marks, queues, watermark, band)
 
     def _stood(
         self,
-        frame: RateFrame,
+        frame: CounterColumns,
         marks: np.ndarray | None,
         queues: np.ndarray,
         watermark: np.ndarray,
@@ -152,17 +198,18 @@ class Microbursts(DeviceWindows[_Window]):
             share = np.where(sent > 0, marks / sent, np.nan)
         return (at_peak > 0) & (share >= self.config.stood_marks * at_peak)
 
-    def _held(self, frame: RateFrame, queues: np.ndarray) -> np.ndarray:
-        """Per (port, queue): whether the port's peer paused that priority for ``min_pause_fraction``
-        of the poll or more (by pause frames alone where the switch does not count pause time): a
-        queue held by pauses stands deep at a low rate; a storm's, not a burst."""
-        frames = frame.aligned("rx_pfc_frames", queues)
+    def _held(self, stack: PollStack, queues: np.ndarray) -> np.ndarray:
+        """Per poll, port and queue: whether the port's peer paused that priority for
+        ``min_pause_fraction`` of the poll or more (by pause frames alone where the switch does not
+        count pause time): a queue held by pauses stands deep at a low rate; a storm's, not a burst."""
+        frames = stack.aligned("rx_pfc_frames", queues)
         if frames is None:
-            return np.zeros((len(frame.ports), len(queues)), dtype=bool)
-        duration = frame.aligned("rx_pfc_duration_us", queues)
+            return np.zeros((*stack.values.shape[:-1], len(queues)), dtype=bool)
+        duration = stack.aligned("rx_pfc_duration_us", queues)
         if duration is None:
             return frames > 0
-        return (frames > 0) & ~(duration / 1e6 < self.config.min_pause_fraction * frame.dt_s)
+        dt_s = np.array([f.dt_s for f in stack.frames])[:, None, None]
+        return (frames > 0) & ~(duration / 1e6 < self.config.min_pause_fraction * dt_s)
 
     def _window(self, device: str, ports: tuple[str, ...], queues: np.ndarray, ts_ns: int) -> _Window:
         w = self._devices.get(device)

@@ -126,6 +126,20 @@ class Recorder(PacedDetector, Protocol):
         ...
 
 
+@runtime_checkable
+class StackedRecorder(Recorder, Protocol):
+    """A recorder that reads a batch's polls of one layout in one numpy pass (``readings``), and
+    then records each in turn from its reading: noting a switch's poll reads every queue."""
+
+    def readings(self, stack: PollStack) -> Sequence[Any]:
+        """Per poll of the stack, what ``record`` takes of it. Read from the poll alone."""
+        ...
+
+    def record(self, poll: Poll, reading: Any = None) -> None:
+        """``Recorder.record``, from the poll's ``reading`` where given."""
+        ...
+
+
 @dataclass(frozen=True)
 class JobFinding:
     """What a job detector finds wrong with one communicator of a job, as of one check. The same

@@ -19,7 +19,7 @@ of every poll (``Recorder``), calm or not.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -28,7 +28,15 @@ from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.outliers import OutlierStage
 from fabricwatch.detectors.rates import RateEngine, RateFrame
 from fabricwatch.detectors.registry import REGISTRY, Registry
-from fabricwatch.detectors.spec import DeviceDetector, PacedDetector, Poll, PollStack, Recorder, Screening
+from fabricwatch.detectors.spec import (
+    DeviceDetector,
+    PacedDetector,
+    Poll,
+    PollStack,
+    Recorder,
+    Screening,
+    StackedRecorder,
+)
 from fabricwatch.detectors.windows import WindowedDetector, WindowError
 from fabricwatch.schemas.messages import Snapshot, Symptom, Topology
 from fabricwatch.schemas.periods import Periods
@@ -55,6 +63,8 @@ class Stage1:
         self._recorders: dict[str, list[Recorder]] = {"nic": [], "switch": []}
         self._screening: dict[str, list[Screening]] = {"nic": [], "switch": []}
         """Detectors that screen a batch's polls of a layout at once (``spec.Screening``)."""
+        self._stacked_recorders: dict[str, list[tuple[int, StackedRecorder]]] = {"nic": [], "switch": []}
+        """Recorders that read a batch's polls of a layout at once, with their index in ``_recorders``."""
         self._windowed: dict[str, WindowedDetector] = {}
         """Detectors that judge a device over a window, by name: their windows move with the device."""
         self._periodic: list[PeriodJudge] = []
@@ -67,6 +77,8 @@ class Stage1:
                     self._recorders[kind].append(detector)  # type: ignore[arg-type]
                 if isinstance(detector, Screening) and not spec.paced:
                     self._screening[kind].append(detector)
+                if isinstance(detector, StackedRecorder) and spec.records:
+                    self._stacked_recorders[kind].append((len(self._recorders[kind]) - 1, detector))
             if hasattr(detector, "window_state"):
                 self._windowed[spec.name] = detector  # type: ignore[assignment]
             if hasattr(detector, "take_periods"):
@@ -102,26 +114,30 @@ class Stage1:
         frames = self.rates.update_batch(snaps, [known for _, known in speeds])
         calm = self._calm(frames) if self._outliers is None else set()
         lines = [line for line, _ in speeds]
-        judged = [i for i, f in enumerate(frames) if f is not None and i not in after_dark and i not in calm]
-        passed = self._screened(frames, lines, judged)
+        recorded = [i for i, f in enumerate(frames) if f is not None and i not in after_dark]
+        readings, passed = self._stacked(frames, lines, recorded, calm)
         out: list[tuple[RateFrame | None, list[Symptom]]] = []
         for i, (frame, line) in enumerate(zip(frames, lines, strict=True)):
             if frame is None or i in after_dark:
                 out.append((frame, []))
                 continue
-            self._record(frame, line)
+            self._record(frame, line, readings.get(i))
             if i in calm and frame.device not in self._open:  # open: as left
                 out.append((frame, self._check_paced(frame, line)))
             else:
                 out.append((frame, self._detect(frame, line, passed.get(i, ()))))
         return out
 
-    def _record(self, frame: RateFrame, line: np.ndarray) -> None:
+    def _record(self, frame: RateFrame, line: np.ndarray, readings: dict[int, Any] | None = None) -> None:
+        """``readings``: the poll's, by recorder index, for those that read a batch at once."""
         recorders = self._recorders.get(frame.device_kind)
         if recorders:
             poll = Poll(frame, line, self.fabric)
-            for recorder in recorders:
-                recorder.record(poll)
+            for k, recorder in enumerate(recorders):
+                if readings is not None and k in readings:
+                    recorder.record(poll, readings[k])  # type: ignore[call-arg]
+                else:
+                    recorder.record(poll)
 
     def _detect(
         self, frame: RateFrame, line: np.ndarray, passed: Collection[Screening] = ()
@@ -216,21 +232,36 @@ class Stage1:
             if w.seen(snap.device, snap.device_kind, snap.ts_ns, source)
         }
 
-    def _screened(
-        self, frames: Sequence[RateFrame | None], lines: Sequence[np.ndarray], judged: Sequence[int]
-    ) -> dict[int, list[Screening]]:
-        """Per poll to be judged, the screening detectors that would judge it for nothing: each
-        detector's screen runs once per device kind and layout over the batch's polls of it."""
+    def _stacked(
+        self,
+        frames: Sequence[RateFrame | None],
+        lines: Sequence[np.ndarray],
+        recorded: Sequence[int],
+        calm: set[int],
+    ) -> tuple[dict[int, dict[int, Any]], dict[int, list[Screening]]]:
+        """The batch's polls of each device kind and layout stacked once, for the recorders that
+        read them at once (``spec.StackedRecorder``: per poll, its readings by recorder index) and
+        the detectors that screen them (``spec.Screening``: per poll not calm, those that would
+        judge it for nothing)."""
+        readings: dict[int, dict[int, Any]] = {}
         passed: dict[int, list[Screening]] = {}
-        for kind, members in _by_layout(frames, judged).items():
-            screening = self._screening[kind[0]]
-            if not screening:
+        for (kind, _, _), members in _by_layout(frames, recorded).items():
+            recorders, screening = self._stacked_recorders[kind], self._screening[kind]
+            if not recorders and not screening:
                 continue
             stack = PollStack.of([frames[i] for i in members], [lines[i] for i in members], self.fabric)  # type: ignore[misc]
+            for k, recorder in recorders:
+                for i, reading in zip(members, recorder.readings(stack), strict=True):
+                    readings.setdefault(i, {})[k] = reading
+            judged = np.array([i not in calm for i in members])
+            if not screening or not judged.any():
+                continue
+            if not judged.all():
+                stack, members = stack.only(judged), [i for i in members if i not in calm]
             for detector in screening:
                 for k in np.flatnonzero(detector.screen(stack)).tolist():
                     passed.setdefault(members[k], []).append(detector)
-        return passed
+        return readings, passed
 
     def _calm(self, frames: Sequence[RateFrame | None]) -> set[int]:
         """Which frames carry none of their device kind's declared signals above zero: checked per

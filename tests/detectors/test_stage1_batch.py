@@ -65,3 +65,6 @@ def test_batches_give_what_one_at_a_time_gives(tmp_path, name, batch):
     assert not differ, f"{len(differ)} differ, first at {differ[0]}: {snaps[differ[0]].device}"
     assert sum(len(s) for _, s in got) > 0, "the trace's faults gave symptoms"
     assert one.rates.stats == many.rates.stats
+    devices = {s.device for s in snaps}
+    assert all(one.windows(d) == many.windows(d) for d in devices), "the detectors' windows differ"
+    assert any(one.windows(d) for d in devices)
