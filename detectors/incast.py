@@ -190,11 +190,14 @@ class IncastDetector:
         if queues.size == 0:
             return np.ones(len(stack.frames), dtype=bool)
         marked = self._marked_each(stack)
+        if not marked.any():
+            return ~marked
+        if stack.port("rx_bytes") is None or stack.port("tx_bytes") is None:
+            return ~marked  # ``update`` judges the others, and says what is wrong with them
+        marked[marked] = self._could_stand(stack.only(marked), queues)
         passed = ~marked
         if not marked.any():
             return passed
-        if stack.port("rx_bytes") is None or stack.port("tx_bytes") is None:
-            return passed  # ``update`` judges the others, and says what is wrong with them
         stack = stack.only(marked)
         curves = [stack.fabric.ecn_curve(f.device, f.ports, queues) for f in stack.frames]
         shape = (len(stack.frames), *watermark.shape[1:])
@@ -202,6 +205,25 @@ class IncastDetector:
         congested = read.congested(read.could_begin, np.zeros(shape, dtype=bool), stack.host_facing())
         passed[marked] = ~congested.any(axis=(1, 2))
         return passed
+
+    def _could_stand(self, stack: PollStack, queues: np.ndarray) -> np.ndarray:
+        """Per poll: some queue of a host-facing port marking and standing by the loosest test
+        (its depth past the lowest Kmin of any profile, or its port busy). Cheaper than the whole
+        reading, and true of every poll that reading could find congested: a DCQCN fabric's
+        switches mark at shallow depth all day."""
+        cfg = self.config
+        could = (stack.port("tx_bytes") >= cfg.min_egress_utilisation * stack.line_Bps)[..., None]
+        occupancy = stack.aligned("queue_occupancy_bytes", queues)
+        if occupancy is not None:
+            curves = [stack.fabric.ecn_curve(f.device, f.ports, queues) for f in stack.frames]
+            lowest = min(
+                [cfg.ecn_kmin_bytes] + [np.nanmin(c.kmin, initial=np.inf) for c in curves if c is not None]
+            )
+            could = could | (occupancy >= lowest)
+        ecn = stack.aligned("queue_ecn_marked_packets", queues)
+        if ecn is not None:
+            could = could & (ecn > 0)
+        return (could & stack.host_facing()[..., None]).any(axis=(1, 2))
 
     def pass_over(self, poll: Poll) -> None:
         """The switch's rates, kept as its last quiet ones, as ``update`` keeps them."""

@@ -213,6 +213,10 @@ class StalledEgress:
     def screen(self, stack: PollStack) -> np.ndarray:
         """Per poll: no ingress port paused, or no queue stalled as in a stall's first poll."""
         pausing = stack.above_zero(self.SIGNALS)
+        if pausing.any():  # and a queue that holds what a stalled one holds: cheaper, read first
+            held = _held(stack.only(pausing), stack.indexed("rx_pfc_frames")[1])
+            if held is not None:
+                pausing[pausing] = (held >= self.config.stalled_queue_bytes).any(axis=(1, 2))
         passed = ~pausing
         if not pausing.any():
             return passed
@@ -253,9 +257,7 @@ class _Egress:
         queue_tx = frame.aligned("queue_tx_bytes", prios)
         if prios.size == 0 or tx_pfc is None or queue_tx is None:
             return None
-        held = frame.aligned("queue_occupancy_bytes", prios)
-        if held is None:
-            held = frame.aligned("queue_watermark_bytes", prios)
+        held = _held(frame, prios)
         if held is None:
             return None
         paused_frac = _by_priority(frame, "rx_pfc_duration_us", prios) / _US_PER_S
@@ -468,3 +470,10 @@ NIC_PAUSE_STORM = Detector(
     signals=NicPauseStorm.SIGNALS,
     config=_SECTION,
 )
+
+
+def _held(frame: CounterColumns, prios: np.ndarray) -> np.ndarray | None:
+    """What each queue holds: its depth, or its watermark on a switch without a depth gauge (a
+    stuck queue's data never leaves); None where neither is read."""
+    held = frame.aligned("queue_occupancy_bytes", prios)
+    return frame.aligned("queue_watermark_bytes", prios) if held is None else held

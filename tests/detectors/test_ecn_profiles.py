@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import msgspec
 import numpy as np
-from helpers.switch_polls import PORTS, LINE_Bps, Switch, incast, run
+from helpers.switch_polls import PORTS, SHALLOW, LINE_Bps, Switch, incast, run, shallow_topology
 
 from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.stage1 import Stage1
-from fabricwatch.schemas.messages import CounterSpec, Device, NicAttachment, QueueProfile, Snapshot, Topology
+from fabricwatch.schemas.messages import CounterSpec, QueueProfile, Snapshot
 
 MTU = 4096
-SHALLOW = {"ecn_kmin_bytes": 51_200, "ecn_kmax_bytes": 409_600}
 
 
 def with_packets(snap: Snapshot) -> Snapshot:
@@ -83,13 +82,6 @@ def test_a_link_held_near_kmin_by_dcqcn_marks_little_and_is_not_an_incast():
     held = shallow_incast(0.005, watermark=70e3)
     out = run(stage, [with_packets(s) for s in [sw.poll(1.0)] + [sw.poll(1.0, **held) for _ in range(5)]])
     assert not any(out)
-
-
-def shallow_topology(*profiles: QueueProfile) -> Topology:
-    hosts = [NicAttachment(f"h{i}", f"h{i}/mlx5_0", "1", "leaf0", port) for i, port in enumerate(PORTS)]
-    return Topology(
-        ts_ns=0, devices=[Device("leaf0", "leaf")], links=[], nics=hosts, queue_profiles=list(profiles)
-    )
 
 
 def test_the_topology_s_profile_sets_the_band_where_marks_are_not_counted():

@@ -12,6 +12,8 @@ from fabricwatch.schemas.messages import (
     CounterSpec,
     Device,
     EcmpGroup,
+    NicAttachment,
+    QueueProfile,
     Snapshot,
     Topology,
 )
@@ -97,6 +99,17 @@ def incast(port: str, feeders: list[str], watermark: float = 1.5e6) -> dict:
 
 
 PORTS = [f"Ethernet{8 * i}" for i in range(6)]
+
+SHALLOW = {"ecn_kmin_bytes": 51_200, "ecn_kmax_bytes": 409_600}
+"""A shallow-buffer fabric's WRED band (50 KiB to 400 KiB), below the configured default's."""
+
+
+def shallow_topology(*profiles: QueueProfile) -> Topology:
+    """leaf0 with a host behind each of ``PORTS``, and these queue profiles."""
+    hosts = [NicAttachment(f"h{i}", f"h{i}/mlx5_0", "1", "leaf0", port) for i, port in enumerate(PORTS)]
+    return Topology(
+        ts_ns=0, devices=[Device("leaf0", "leaf")], links=[], nics=hosts, queue_profiles=list(profiles)
+    )
 
 
 def ecmp_topology(uplinks: list[str]) -> Topology:

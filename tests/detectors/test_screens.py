@@ -1,0 +1,86 @@
+"""The switch detectors' screens (issue 37, item 2): a worker's batch of switch polls of one
+layout is read in one numpy pass per detector, and a poll that would start nothing skips the
+detector's per-switch pass. Under DCQCN every switch marks a little and pauses a little all day:
+those polls must pass the screen, or the worker pays for every switch twice. What a screen passes
+over is judged the same as one at a time (``test_stage1_batch.py``); here, that it passes over
+the common poll and never the poll of a fault."""
+
+from __future__ import annotations
+
+from helpers.switch_polls import PORTS, SHALLOW, LINE_Bps, Switch, incast, shallow_topology, storm
+
+from fabricwatch.detectors.config import DetectorConfig
+from fabricwatch.detectors.fabric import FabricMap
+from fabricwatch.detectors.incast import IncastDetector
+from fabricwatch.detectors.pfc_storm import PfcWatchdog, StalledEgress
+from fabricwatch.detectors.rates import RateEngine
+from fabricwatch.detectors.spec import PollStack
+from fabricwatch.schemas.messages import QueueProfile
+
+BUSY = {
+    "tx_bytes": dict.fromkeys(PORTS, 0.3 * LINE_Bps),
+    "queue_tx_bytes": dict.fromkeys(PORTS, 0.3 * LINE_Bps),
+}
+MARKING = {  # DCQCN at work: a few marks and pauses on every queue, queues shallow, links a third busy
+    **BUSY,
+    "queue_ecn_marked_packets": dict.fromkeys(PORTS, 1000.0),
+    "rx_pfc_frames": dict.fromkeys(PORTS, 100.0),
+    "tx_pfc_frames": dict.fromkeys(PORTS, 100.0),
+    "queue_occupancy_bytes": dict.fromkeys(PORTS, 60e3),
+    "queue_watermark_bytes": dict.fromkeys(PORTS, 100e3),
+}
+STALLED = {  # a full queue that sends nothing, unpaused, while its switch pauses its feeders
+    **MARKING,
+    "queue_occupancy_bytes": {**MARKING["queue_occupancy_bytes"], "Ethernet0": 2.2e6},
+    "queue_watermark_bytes": {**MARKING["queue_watermark_bytes"], "Ethernet0": 2.2e6},
+    "queue_tx_bytes": {**BUSY["queue_tx_bytes"], "Ethernet0": 0.0},
+    "rx_pfc_frames": {**MARKING["rx_pfc_frames"], "Ethernet0": 0.0},
+}
+
+
+def stack(*polls: dict) -> PollStack:
+    """One switch's polls after a first quiet one, each as a different switch of a batch would be."""
+    fabric, frames = FabricMap(None), []
+    for i, counters in enumerate(polls):
+        engine, sw = RateEngine(), Switch(f"leaf{i}", PORTS)
+        engine.update(sw.poll(1.0, **BUSY))
+        frames.append(engine.update(sw.poll(1.0, **counters)))
+    return PollStack.of(frames, [fabric.speeds(f.device, f.ports)[0] for f in frames], fabric)
+
+
+def test_the_common_marking_and_pausing_poll_passes_every_screen():
+    config = DetectorConfig()
+    polls = stack(MARKING, MARKING, BUSY)
+    assert IncastDetector(config.incast).screen(polls).tolist() == [True, True, True]
+    assert PfcWatchdog(config.pfc_storm).screen(polls).tolist() == [True, True, True]
+    assert StalledEgress(config.pfc_storm).screen(polls).tolist() == [True, True, True]
+
+
+def test_a_poll_that_could_start_a_fault_is_judged_whoever_its_neighbours_in_the_stack():
+    config = DetectorConfig()
+    into = {**MARKING, **incast("Ethernet0", PORTS[1:5])}
+    paused = {**MARKING, **storm("Ethernet8"), "queue_tx_bytes": {"Ethernet0": 0.3 * LINE_Bps}}
+    polls = stack(MARKING, into, paused, STALLED)
+    # A queue full to the brim reads as an incast's first poll to the screen, whatever fills it:
+    # ``update`` then asks what only it can (its feeders, its streak).
+    assert IncastDetector(config.incast).screen(polls).tolist() == [True, False, False, False]
+    assert PfcWatchdog(config.pfc_storm).screen(polls).tolist() == [True, True, False, True]
+    assert StalledEgress(config.pfc_storm).screen(polls).tolist() == [True, True, True, False]
+
+
+def test_a_queue_deep_only_by_the_topology_s_shallow_profile_is_judged():
+    """The incast screen's quick test takes the lowest Kmin any profile gives: a queue standing at
+    100 KB on a port a third busy is below the configured band's Kmin (150 KB) and inside the
+    shallow one (50 KiB) the topology gives the switch."""
+    standing = {
+        **MARKING,
+        "queue_ecn_marked_packets": {**MARKING["queue_ecn_marked_packets"], "Ethernet0": 3e5},
+        "queue_occupancy_bytes": {**MARKING["queue_occupancy_bytes"], "Ethernet0": 100e3},
+        "queue_watermark_bytes": {**MARKING["queue_watermark_bytes"], "Ethernet0": 300e3},
+    }
+    polls = stack(standing)
+    detector = IncastDetector(DetectorConfig().incast)
+    assert detector.screen(polls).tolist() == [True]
+    shallow = FabricMap(shallow_topology(QueueProfile("leaf0", **SHALLOW)))
+    at_shallow = PollStack(polls.frames, polls.line_Bps, shallow, polls.layout, polls.values)
+    assert detector.screen(at_shallow).tolist() == [False]
