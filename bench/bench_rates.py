@@ -27,10 +27,10 @@ from fabricwatch.blas_threads import limit_blas_threads
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.rates import RateEngine
 from fabricwatch.detectors.registry import DETECTORS, Registry
-from fabricwatch.detectors.spec import Poll
+from fabricwatch.detectors.spec import Poll, PollStack, StackedRecorder
 from fabricwatch.detectors.stage1 import Stage1
 from fabricwatch.schemas.messages import CounterSpec, Snapshot, decode, encode
-from fabricwatch.streams.stages import Stage1Worker
+from fabricwatch.streams.stages import STAGE1_CHUNK_VALUES, Stage1Worker
 
 T0 = 1_800_000_000_000_000_000
 
@@ -206,27 +206,36 @@ def measure_rhythm(label: str, messages: list[bytes], seconds: float, batch: int
 
 
 def measure_windows(label: str, messages: list[bytes], seconds: float) -> dict:
-    """The capacity and microburst detectors on a 64-port switch's polls as stage 1 drives them
-    (every poll recorded, asked what they say when due): their share of a switch poll, the least
-    disturbed of the runs. A quiet switch marks nothing, and the microburst detector only counts
-    its polls as read."""
+    """The capacity and microburst detectors on a 64-port switch's polls as a worker's stage 1
+    drives them (every poll recorded, the microburst detector reading a chunk's polls at once;
+    asked what they say when due): their share of a switch poll, the least disturbed of the runs.
+    A quiet switch marks nothing, and the microburst detector only counts its polls as read."""
     stage = Stage1(DetectorConfig())
     polls = []
     for snap in (decode(m, Snapshot) for m in messages):
         line, known = stage.fabric.speeds(snap.device, snap.ports)
         if (frame := stage.rates.update(snap, known)) is not None:
             polls.append(Poll(frame, line, stage.fabric))
+    per_chunk = max(1, STAGE1_CHUNK_VALUES // polls[0].frame.values.size)
+    chunks = [polls[i : i + per_chunk] for i in range(0, len(polls), per_chunk)]
     windowed = [d for d in DETECTORS if d.name in ("capacity", "microbursts")]
     spent: list[float] = []
     start = time.perf_counter()
     while time.perf_counter() - start < seconds or len(spent) < 3:
         detectors = [d.make(stage.config) for d in windowed]  # type: ignore[misc]
         began = time.perf_counter()
-        for poll in polls:
+        for chunk in chunks:
+            stack = PollStack.of([p.frame for p in chunk], [p.line_Bps for p in chunk], stage.fabric)
             for d in detectors:
-                d.record(poll)
-                if d.due(poll.frame.device, poll.frame.ts_ns):
-                    d.update(poll)
+                stacked = isinstance(d, StackedRecorder)
+                readings = d.readings(stack) if stacked else [None] * len(chunk)
+                for poll, reading in zip(chunk, readings, strict=True):
+                    if stacked:
+                        d.record(poll, reading)
+                    else:
+                        d.record(poll)
+                    if d.due(poll.frame.device, poll.frame.ts_ns):
+                        d.update(poll)
         spent.append((time.perf_counter() - began) / len(polls))
     return {
         "bench": f"switch_windows_{label}",

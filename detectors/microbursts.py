@@ -79,7 +79,7 @@ class _Window:
     """As of the latest bucket judged: each cell's bursts, polls, peak and marks over the window."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Reading:
     """What one poll adds to its switch's current bucket, per (port, queue)."""
 

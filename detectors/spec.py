@@ -47,7 +47,7 @@ class Poll:
     fabric: FabricMap
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PollStack(CounterColumns):
     """Polls of one device kind, counter layout and port count, stacked for a detector's
     ``screen``: ``values`` is polls x ports x columns, so the columns read as in a poll's frame
@@ -62,6 +62,8 @@ class PollStack(CounterColumns):
 
     @classmethod
     def of(cls, frames: Sequence[RateFrame], lines: Sequence[np.ndarray], fabric: FabricMap) -> PollStack:
+        if len(frames) == 1:  # one poll read as a stack (the in-process pipeline): views, no copy
+            return cls(frames, lines[0][None], fabric, frames[0].layout, frames[0].values[None])
         return cls(frames, np.stack(lines), fabric, frames[0].layout, np.stack([f.values for f in frames]))
 
     def only(self, which: np.ndarray) -> PollStack:
