@@ -316,11 +316,7 @@ class NicPauseStorm:
         warned = frame.port("pause_storm_warning_events")
         storm = self._storm.get(frame.device, frac.shape)
         calm = self._quiet.get(frame.device, frac.shape)
-        pausing = frac >= cfg.paused_fraction
-        if warned is not None:
-            # A firmware warning can start a streak in a partly paused interval; after that, only
-            # intervals paused throughout continue it.
-            pausing |= (warned > 0)[:, None] & (frac > 0) & (storm.polls == 0)
+        pausing = self._pausing(frac, warned, storm.polls == 0)
         paused_s = np.minimum(np.nan_to_num(frac), 1.0) * frame.dt_s
         known = ~np.isnan(frac)
         storm.step(pausing, frame.ts_ns, frame.dt_s, held_s=paused_s, known=known)
@@ -348,6 +344,26 @@ class NicPauseStorm:
             frame.ts_ns,
             ended,
         )
+
+    def screen(self, stack: PollStack) -> np.ndarray:
+        """Per poll: no priority paused all poll, and none with a storm warning."""
+        pause_us, prios = stack.indexed("tx_pfc_duration_us")
+        if prios.size == 0 or stack.frames[0].device_kind != "nic":
+            return np.ones(len(stack.frames), dtype=bool)
+        pausing = self._pausing(pause_us / _US_PER_S, stack.port("pause_storm_warning_events"), True)
+        return ~pausing.any(axis=(1, 2))
+
+    def pass_over(self, poll: Poll) -> None:
+        """Nothing to keep: a poll that starts no storm leaves no trace while none is open."""
+
+    def _pausing(self, frac: np.ndarray, warned: np.ndarray | None, first: np.ndarray | bool) -> np.ndarray:
+        """Paused all poll; or, in a streak's ``first`` poll, paused at all with the firmware's
+        storm warning: it can start a streak in a partly paused interval, and after that only
+        intervals paused throughout continue it."""
+        pausing = frac >= self.config.paused_fraction
+        if warned is None:
+            return pausing
+        return pausing | ((warned > 0)[..., None] & (frac > 0) & first)
 
 
 # Stage 2: a storm is one incident per root, the port that pauses others without being paused.
