@@ -8,12 +8,14 @@ detectors declare (no pause, ECN mark or CNP above zero on a NIC) while none of 
 open, since for such a poll they change nothing and say nothing. A fabric has ten NIC snapshots
 for every switch one, and nearly all are quiet. A kind with a detector that declares no signals
 (the switch: incast and ECMP read every poll) is never skipped whole; its detectors that screen
-(``spec.Screening``: incast, the PFC watchdog, the stalled egress) each read the batch's polls of
-one layout in one numpy pass, and a poll they would judge for nothing skips them while its device
-has no streak of theirs open: every switch marks ECN under DCQCN, few have an incast. Paced
-detectors (a degrading optic, a port at the wrong speed) are given a device's poll when they say it
-is due, calm or not (``paced.py``); those that judge a series of polls (a job's rhythm) take note
-of every poll (``Recorder``), calm or not.
+(``spec.Screening``: incast, the PFC watchdog, the stalled egress; on a NIC, its pause storm) each
+read the batch's polls of one layout in one numpy pass, and a poll they would judge for nothing
+skips them while its device has no streak of theirs open: every switch marks ECN under DCQCN, few
+have an incast. Paced detectors (a degrading optic, a port at the wrong speed) are given a device's
+poll when they say it is due, calm or not (``paced.py``); those that judge a series of polls (a
+job's rhythm) take note of every poll (``Recorder``), calm or not; a recorder that reads a batch's
+polls of one layout at once (``spec.StackedRecorder``: the microburst windows) is handed each
+poll's reading.
 """
 
 from __future__ import annotations

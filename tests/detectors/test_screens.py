@@ -1,21 +1,21 @@
-"""The switch detectors' screens (issue 37, item 2): a worker's batch of switch polls of one
+"""The detectors' screens (issue 37, item 2): a worker's batch of switch (or NIC) polls of one
 layout is read in one numpy pass per detector, and a poll that would start nothing skips the
-detector's per-switch pass. Under DCQCN every switch marks a little and pauses a little all day:
-those polls must pass the screen, or the worker pays for every switch twice. What a screen passes
-over is judged the same as one at a time (``test_stage1_batch.py``); here, that it passes over
-the common poll and never the poll of a fault."""
+detector's per-device pass. Under DCQCN every switch marks a little and pauses a little all day,
+and NICs receive marks: those polls must pass the screen, or the worker pays for every one twice.
+What a screen passes over is judged the same as one at a time (``test_stage1_batch.py``); here,
+that it passes over the common poll and never the poll of a fault."""
 
 from __future__ import annotations
 
-from helpers.switch_polls import PORTS, SHALLOW, LINE_Bps, Switch, incast, shallow_topology, storm
+from helpers.switch_polls import PORTS, SHALLOW, T0, LINE_Bps, Switch, incast, shallow_topology, storm
 
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.incast import IncastDetector
-from fabricwatch.detectors.pfc_storm import PfcWatchdog, StalledEgress
+from fabricwatch.detectors.pfc_storm import NicPauseStorm, PfcWatchdog, StalledEgress
 from fabricwatch.detectors.rates import RateEngine
 from fabricwatch.detectors.spec import PollStack
-from fabricwatch.schemas.messages import QueueProfile
+from fabricwatch.schemas.messages import CounterSpec, QueueProfile, Snapshot
 
 BUSY = {
     "tx_bytes": dict.fromkeys(PORTS, 0.3 * LINE_Bps),
@@ -84,3 +84,31 @@ def test_a_queue_deep_only_by_the_topology_s_shallow_profile_is_judged():
     shallow = FabricMap(shallow_topology(QueueProfile("leaf0", **SHALLOW)))
     at_shallow = PollStack(polls.frames, polls.line_Bps, shallow, polls.layout, polls.values)
     assert detector.screen(at_shallow).tolist() == [False]
+
+
+def nic_stack(*polls: dict[str, float]) -> PollStack:
+    """NICs' second polls, each a second after a first with every counter at zero."""
+    counters = [
+        CounterSpec("rx_ecn_marked_packets"),
+        CounterSpec("tx_pfc_duration_us", index=3),
+        CounterSpec("pause_storm_warning_events"),
+    ]
+    fabric, frames = FabricMap(None), []
+    for i, rates in enumerate(polls):
+        engine = RateEngine()
+        for t in (0, 1):
+            values = [[int(rates.get(c.name, 0) * t) for c in counters]]
+            snap = Snapshot(f"h{i}/mlx5_0", "nic", T0 + t * 10**9, counters, ["1"], values)
+            frame = engine.update(snap)
+        frames.append(frame)
+    return PollStack.of(frames, [fabric.speeds(f.device, f.ports)[0] for f in frames], fabric)
+
+
+def test_a_nic_that_marks_passes_the_pause_storm_screen_and_one_that_pauses_or_warns_does_not():
+    polls = nic_stack(
+        {"rx_ecn_marked_packets": 5000},
+        {"rx_ecn_marked_packets": 5000, "tx_pfc_duration_us": 300_000},
+        {"tx_pfc_duration_us": 995_000},
+        {"tx_pfc_duration_us": 300_000, "pause_storm_warning_events": 1},
+    )
+    assert NicPauseStorm(DetectorConfig().pfc_storm).screen(polls).tolist() == [True, True, False, False]
