@@ -119,9 +119,8 @@ class Microbursts(DeviceWindows[_Window]):
         if marked.any():
             burst = self._bursts(stack, watermark, queues, marks, tx)
             hit = burst & known
-            dt_s = np.array([f.dt_s for f in stack.frames])
             if marks is not None:
-                marks_s = np.where(hit, np.nan_to_num(marks) * dt_s[:, None, None], 0.0)
+                marks_s = np.where(hit, np.nan_to_num(marks) * stack.dt_s[:, None, None], 0.0)
             peak = np.where(burst, watermark, np.nan)
             began = np.array([float(f.ts_ns - int(f.dt_s * _NS)) for f in stack.frames])
             first = np.where(hit, began[:, None, None], np.nan)
@@ -208,8 +207,7 @@ class Microbursts(DeviceWindows[_Window]):
         duration = stack.aligned("rx_pfc_duration_us", queues)
         if duration is None:
             return frames > 0
-        dt_s = np.array([f.dt_s for f in stack.frames])[:, None, None]
-        return (frames > 0) & ~(duration / 1e6 < self.config.min_pause_fraction * dt_s)
+        return (frames > 0) & ~(duration / 1e6 < self.config.min_pause_fraction * stack.dt_s[:, None, None])
 
     def _window(self, device: str, ports: tuple[str, ...], queues: np.ndarray, ts_ns: int) -> _Window:
         w = self._devices.get(device)

@@ -59,17 +59,23 @@ class PollStack(CounterColumns):
     fabric: FabricMap
     layout: Layout
     values: np.ndarray
+    dt_s: np.ndarray
+    """Per poll, its interval in seconds."""
 
     @classmethod
     def of(cls, frames: Sequence[RateFrame], lines: Sequence[np.ndarray], fabric: FabricMap) -> PollStack:
+        dt_s = np.array([f.dt_s for f in frames])
         if len(frames) == 1:  # one poll read as a stack (the in-process pipeline): views, no copy
-            return cls(frames, lines[0][None], fabric, frames[0].layout, frames[0].values[None])
-        return cls(frames, np.stack(lines), fabric, frames[0].layout, np.stack([f.values for f in frames]))
+            return cls(frames, lines[0][None], fabric, frames[0].layout, frames[0].values[None], dt_s)
+        values = np.stack([f.values for f in frames])
+        return cls(frames, np.stack(lines), fabric, frames[0].layout, values, dt_s)
 
     def only(self, which: np.ndarray) -> PollStack:
         """The polls of the stack where ``which`` (a boolean per poll) holds."""
         frames = [f for f, keep in zip(self.frames, which.tolist(), strict=True) if keep]
-        return PollStack(frames, self.line_Bps[which], self.fabric, self.layout, self.values[which])
+        return PollStack(
+            frames, self.line_Bps[which], self.fabric, self.layout, self.values[which], self.dt_s[which]
+        )
 
     def host_facing(self) -> np.ndarray:
         """Polls x ports: ``FabricMap.host_facing`` of each poll's device."""

@@ -82,7 +82,7 @@ def test_a_queue_deep_only_by_the_topology_s_shallow_profile_is_judged():
     detector = IncastDetector(DetectorConfig().incast)
     assert detector.screen(polls).tolist() == [True]
     shallow = FabricMap(shallow_topology(QueueProfile("leaf0", **SHALLOW)))
-    at_shallow = PollStack(polls.frames, polls.line_Bps, shallow, polls.layout, polls.values)
+    at_shallow = PollStack(polls.frames, polls.line_Bps, shallow, polls.layout, polls.values, polls.dt_s)
     assert detector.screen(at_shallow).tolist() == [False]
 
 
