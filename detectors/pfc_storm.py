@@ -222,9 +222,7 @@ class StalledEgress:
             return passed
         stack = stack.only(pausing)
         read = _Egress.read(self.config, stack, stack.line_Bps)
-        if read is None:
-            return np.ones(len(stack.frames), dtype=bool)
-        passed[pausing] = ~read.stalled(True).any(axis=(1, 2))
+        passed[pausing] = True if read is None else ~read.stalled(True).any(axis=(1, 2))
         return passed
 
     def pass_over(self, poll: Poll) -> None:

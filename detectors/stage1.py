@@ -249,20 +249,21 @@ class Stage1:
         passed: dict[int, list[Screening]] = {}
         for (kind, _, _), members in _by_layout(frames, recorded).items():
             recorders, screening = self._stacked_recorders[kind], self._screening[kind]
-            if not recorders and not screening:
+            judged = [i for i in members if i not in calm] if screening else []
+            if not recorders and not judged:
                 continue
-            stack = PollStack.of([frames[i] for i in members], [lines[i] for i in members], self.fabric)  # type: ignore[misc]
+            stacked = members if recorders else judged  # a NIC kind's calm polls: not stacked
+            stack = PollStack.of([frames[i] for i in stacked], [lines[i] for i in stacked], self.fabric)  # type: ignore[misc]
             for k, recorder in recorders:
                 for i, reading in zip(members, recorder.readings(stack), strict=True):
                     readings.setdefault(i, {})[k] = reading
-            judged = np.array([i not in calm for i in members])
-            if not screening or not judged.any():
+            if not judged:
                 continue
-            if not judged.all():
-                stack, members = stack.only(judged), [i for i in members if i not in calm]
+            if len(judged) < len(stacked):
+                stack = stack.only(np.array([i not in calm for i in stacked]))
             for detector in screening:
                 for k in np.flatnonzero(detector.screen(stack)).tolist():
-                    passed.setdefault(members[k], []).append(detector)
+                    passed.setdefault(judged[k], []).append(detector)
         return readings, passed
 
     def _calm(self, frames: Sequence[RateFrame | None]) -> set[int]:

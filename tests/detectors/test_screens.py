@@ -13,7 +13,7 @@ from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.incast import IncastDetector
 from fabricwatch.detectors.pfc_storm import NicPauseStorm, PfcWatchdog, StalledEgress
-from fabricwatch.detectors.rates import RateEngine
+from fabricwatch.detectors.rates import Layout, RateEngine, RateFrame
 from fabricwatch.detectors.spec import PollStack
 from fabricwatch.schemas.messages import CounterSpec, QueueProfile, Snapshot
 
@@ -112,3 +112,17 @@ def test_a_nic_that_marks_passes_the_pause_storm_screen_and_one_that_pauses_or_w
         {"tx_pfc_duration_us": 300_000, "pause_storm_warning_events": 1},
     )
     assert NicPauseStorm(DetectorConfig().pfc_storm).screen(polls).tolist() == [True, True, False, False]
+
+
+def test_a_switch_that_cannot_show_a_stall_passes_the_stall_screen_whole():
+    """Without its queues' sent bytes no stall can be read (``update`` says nothing): every poll
+    passes, the full queue's too, and the answer has one entry per poll of the stack."""
+    polls = stack(MARKING, STALLED, MARKING)
+    keep = [i for i, c in enumerate(polls.layout.counters) if c.name != "queue_tx_bytes"]
+    layout = Layout.of(tuple(polls.layout.counters[i] for i in keep))
+    frames = [
+        RateFrame(f.device, f.device_kind, f.ts_ns, f.dt_s, f.ports, layout, f.values[:, keep])
+        for f in polls.frames
+    ]
+    without = PollStack.of(frames, list(polls.line_Bps), polls.fabric)
+    assert StalledEgress(DetectorConfig().pfc_storm).screen(without).tolist() == [True, True, True]
