@@ -73,6 +73,8 @@ def port_symptoms(
     active port again (stage 2 expires what is not said again), each port that cleared once, and
     each ended for lack of data once, saying why (``blind``)."""
     active, cleared, ended = reported
+    if not (active.any() or cleared.any() or ended.any()):
+        return []  # the common poll: one test, not three index lists
 
     def one(p: int, on: bool, why: str = "") -> Symptom:
         found = evidence_of(p)

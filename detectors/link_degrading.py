@@ -26,7 +26,8 @@ from fabricwatch.detectors.evidence import evidence, port_symptoms, seen_now, wo
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.link_errors import both_ends_seen, link_root, locate, lost_frames
 from fabricwatch.detectors.paced import PacedConfig, PacedStreaks, delay_bound
-from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, SymptomKind
+from fabricwatch.detectors.rates import CounterColumns
+from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, PollStack, SymptomKind
 from fabricwatch.schemas.config import AtLeastOne, Positive
 from fabricwatch.schemas.messages import Symptom
 
@@ -55,22 +56,10 @@ class LinkDegrading(PacedStreaks):
 
     def update(self, poll: Poll) -> list[Symptom]:
         frame = poll.frame
-        corrected = _corrected_bits(frame)
-        if corrected is None:
+        read = _read(frame, poll.fabric.speeds(frame.device, frame.ports)[1], self.config.warn_ber)
+        if read is None:
             return []
-        bits, lower_bound = corrected
-        line_bps = _line_bps(poll)
-        down = frame.port("oper_down")
-        known = np.isfinite(bits) & (line_bps > 0)
-        if down is not None:
-            known &= ~(down > 0)  # a down link carries no bits: its FEC says nothing
-        lost = lost_frames(frame)
-        if lost is not None:
-            # Losing frames (or unknown whether it does): link corruption's, not a degrading link.
-            known &= np.isfinite(lost) & ~(lost > 0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ber = np.where(known, bits / line_bps, np.nan)
-            seen = known & (ber >= self.config.warn_ber)
+        bits, lower_bound, known, ber, seen = read
         cfg = self.config
         step = self.step(frame, seen, known, ber)
         state = step.ports
@@ -100,13 +89,42 @@ class LinkDegrading(PacedStreaks):
             "fec_degrading", frame, state.since_ns, (state.active, step.cleared, step.ended), found, blind
         )
 
+    def screen(self, stack: PollStack) -> np.ndarray:
+        """Per due check of the stack: whether no port of it is at or above ``warn_ber``."""
+        read = _read(stack, stack.topology_Bps(), self.config.warn_ber)
+        return np.ones(len(stack.frames), bool) if read is None else ~read[4].any(axis=-1)
 
-def _line_bps(poll: Poll) -> np.ndarray:
+
+def _read(
+    cols: CounterColumns, topology_Bps: np.ndarray, warn_ber: float
+) -> tuple[np.ndarray, bool, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per port (of a poll or of a stack of them): corrected bits per second, whether they are a
+    lower bound, whether the port can be judged, its pre-FEC bit error rate and whether that is
+    at or above ``warn_ber``; None where the device counts no corrected bits."""
+    corrected = _corrected_bits(cols)
+    if corrected is None:
+        return None
+    bits, lower_bound = corrected
+    line_bps = _line_bps(cols, topology_Bps)
+    down = cols.port("oper_down")
+    known = np.isfinite(bits) & (line_bps > 0)
+    if down is not None:
+        known &= ~(down > 0)  # a down link carries no bits: its FEC says nothing
+    lost = lost_frames(cols)
+    if lost is not None:
+        # Losing frames (or unknown whether it does): link corruption's, not a degrading link.
+        known &= np.isfinite(lost) & ~(lost > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ber = np.where(known, bits / line_bps, np.nan)
+        seen = known & (ber >= warn_ber)
+    return bits, lower_bound, known, ber, seen
+
+
+def _line_bps(cols: CounterColumns, topology_Bps: np.ndarray) -> np.ndarray:
     """Bits per second each port's link carries: the speed it came up at, else the topology's for
     it; NaN where neither is known (an assumed speed would make a 100G link's BER read 4x low)."""
-    frame = poll.frame
-    topology = poll.fabric.speeds(frame.device, frame.ports)[1] * 8.0
-    speed = frame.port("link_speed_mbps")
+    topology = topology_Bps * 8.0
+    speed = cols.port("link_speed_mbps")
     return topology if speed is None else np.where(speed > 0, speed * 1e6, topology)
 
 

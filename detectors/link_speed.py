@@ -18,7 +18,8 @@ from fabricwatch.detectors.evidence import evidence, port_symptoms, seen_now
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.link_errors import attach_ends, both_ends_seen, link_root
 from fabricwatch.detectors.paced import PacedConfig, PacedStreaks, delay_bound
-from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, SymptomKind
+from fabricwatch.detectors.rates import CounterColumns
+from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, PollStack, SymptomKind
 from fabricwatch.schemas.config import AtLeastOne
 from fabricwatch.schemas.messages import Symptom
 
@@ -36,16 +37,10 @@ class LinkSpeed(PacedStreaks):
 
     def update(self, poll: Poll) -> list[Symptom]:
         frame = poll.frame
-        speed = frame.port("link_speed_mbps")
-        if speed is None:
+        read = _read(frame, poll.fabric.speeds(frame.device, frame.ports)[1])
+        if read is None:
             return []
-        expected = poll.fabric.speeds(frame.device, frame.ports)[1] * 8e-6  # Mb/s; NaN: not cabled
-        known = np.isfinite(speed) & (speed > 0) & np.isfinite(expected)
-        down = frame.port("oper_down")
-        if down is not None:
-            known &= ~(down > 0)  # a down link has no speed to judge
-        # 1 % of slack: a 100G port may report 99,999 Mb/s, never half.
-        slow = known & (speed < 0.99 * np.where(known, expected, 0.0))
+        speed, expected, known, slow = read
         step = self.step(frame, slow, known, expected - speed)
         state = step.ports
 
@@ -63,6 +58,30 @@ class LinkSpeed(PacedStreaks):
         return port_symptoms(
             "link_slow", frame, state.since_ns, (state.active, step.cleared, step.ended), found, blind
         )
+
+    def screen(self, stack: PollStack) -> np.ndarray:
+        """Per due check of the stack: whether no port of it is below speed."""
+        read = _read(stack, stack.topology_Bps())
+        return np.ones(len(stack.frames), bool) if read is None else ~read[3].any(axis=-1)
+
+
+def _read(
+    cols: CounterColumns, topology_Bps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per port (of a poll or of a stack of them): the speed it reads and the speed it should run
+    at in Mb/s, whether it can be judged, and whether it is slow; None where the device reports
+    no speed."""
+    speed = cols.port("link_speed_mbps")
+    if speed is None:
+        return None
+    expected = topology_Bps * 8e-6  # Mb/s; NaN: not cabled
+    known = np.isfinite(speed) & (speed > 0) & np.isfinite(expected)
+    down = cols.port("oper_down")
+    if down is not None:
+        known &= ~(down > 0)  # a down link has no speed to judge
+    # 1 % of slack: a 100G port may report 99,999 Mb/s, never half.
+    slow = known & (speed < 0.99 * np.where(known, expected, 0.0))
+    return speed, expected, known, slow
 
 
 def describe(

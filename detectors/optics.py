@@ -27,7 +27,7 @@ from fabricwatch.detectors.evidence import evidence, port_symptoms
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.link_errors import attach_ends, both_ends_seen, link_root
 from fabricwatch.detectors.paced import PacedConfig, PacedStreaks, delay_bound
-from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, SymptomKind
+from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, PollStack, SymptomKind
 from fabricwatch.schemas.config import Positive
 from fabricwatch.schemas.messages import RootCause, Symptom
 
@@ -80,7 +80,7 @@ class Optics(PacedStreaks):
         levels = _levels(frame)
         if levels is None:
             return []
-        worst = np.fmax.reduce(levels, axis=1)  # per port: 2 alarm, 1 warning, 0 in range, NaN unknown
+        worst = np.fmax.reduce(levels, axis=-1)  # per port: 2 alarm, 1 warning, 0 in range, NaN unknown
         judged = self._judged.get(frame.device)
         if judged is None or judged.shape != levels.shape:
             judged = self._judged[frame.device] = np.zeros(levels.shape, bool)
@@ -110,6 +110,28 @@ class Optics(PacedStreaks):
             blind,
         )
 
+    def screen(self, stack: PollStack) -> np.ndarray:
+        """Per due check of the stack: whether every sensor reads in range or unknown, and every
+        sensor it reads was judged before (a check that judges a sensor first is remembered)."""
+        levels = _levels(stack)
+        passed = np.ones(len(stack.frames), bool)
+        if levels is None:
+            return passed
+        none = np.zeros(levels.shape[1:], bool)
+        judged = [self._judged.get(f.device, none) for f in stack.frames]
+        before = np.stack([j if j.shape == none.shape else none for j in judged])
+        new = np.isfinite(levels) & ~before
+        return ~((levels >= 1) | new).any(axis=(1, 2))
+
+    def pass_over(self, poll: Poll) -> None:
+        """As a paced detector's, and the sensors judged: those of another port count since the
+        screen (the device changed its ports within the batch) are taken afresh."""
+        judged = self._judged.get(poll.frame.device)
+        if judged is not None and judged.shape[0] != len(poll.frame.ports):
+            self.update(poll)  # says nothing: nothing is seen and nothing is open
+            return
+        super().pass_over(poll)
+
 
 def _levels(frame: Any) -> np.ndarray | None:
     """Ports x sensors: 2 past the alarm threshold, 1 past the warning, 0 within, NaN unknown;
@@ -121,7 +143,7 @@ def _levels(frame: Any) -> np.ndarray | None:
     value, warning, alarm = (_gauges(frame.values, cols) for cols in (value_cols, warning_cols, alarm_cols))
     past_warning, past_alarm = _past(value, warning), _past(value, alarm)
     levels = np.where(past_alarm == 1, 2.0, np.fmax(past_warning, past_alarm))
-    return None if np.isnan(levels).all() else levels
+    return None if levels.ndim == 2 and np.isnan(levels).all() else levels
 
 
 _LOW = np.array([sensor.low for sensor in SENSORS])
@@ -139,8 +161,9 @@ def _sensor_columns(layout: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _gauges(values: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """Ports x sensors of these columns, NaN where a column is -1."""
-    return np.where(cols >= 0, values[:, np.maximum(cols, 0)], np.nan)
+    """Ports x sensors of these columns, NaN where a column is -1 (with the leading axis of a
+    stack's polls, if any)."""
+    return np.where(cols >= 0, values[..., np.maximum(cols, 0)], np.nan)
 
 
 def _past(value: np.ndarray, threshold: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from fabricwatch.detectors.rates import RateFrame
+from fabricwatch.detectors.spec import Poll
 from fabricwatch.detectors.systematic import Step, StreakConfig, Systematic
 from fabricwatch.schemas.config import Positive
 
@@ -89,6 +90,10 @@ class PacedStreaks:
 
     def next_due_ns(self, device: str) -> int | None:
         return self._pacer.next_due_ns(device)
+
+    def pass_over(self, poll: Poll) -> None:
+        """A due check its screen passed over (``spec.Screening``): it saw nothing on a device with
+        nothing open, and leaves nothing a later step reads (``Systematic.step``)."""
 
     def step(self, frame: RateFrame, seen: np.ndarray, known: np.ndarray, measure: np.ndarray) -> Step:
         """This check: ``seen`` where the condition held, ``known`` where it could tell."""

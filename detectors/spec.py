@@ -81,6 +81,11 @@ class PollStack(CounterColumns):
         """Polls x ports: ``FabricMap.host_facing`` of each poll's device."""
         return np.stack([self.fabric.host_facing(f.device, f.ports) for f in self.frames])
 
+    def topology_Bps(self) -> np.ndarray:
+        """Polls x ports: each poll's line rate as the topology gives it, NaN where it does not
+        (``FabricMap.speeds``)."""
+        return np.stack([self.fabric.speeds(f.device, f.ports)[1] for f in self.frames])
+
     def above_zero(self, names: frozenset[str]) -> np.ndarray:
         """Per poll, ``RateFrame.any_above_zero``."""
         cols = self.layout.columns_of(names)
@@ -100,13 +105,15 @@ class DeviceDetector(Protocol):
 
 @runtime_checkable
 class Screening(DeviceDetector, Protocol):
-    """A device detector that reads every poll of its devices (it declares no ``signals``) but can
-    tell, for a whole batch's polls of one layout in one numpy pass, which of them it would judge
-    for nothing: a marking switch's incast screen costs a stack's pass, not one per switch."""
+    """A device detector that can tell, for a whole batch's polls of one layout in one numpy pass,
+    which of them it would judge for nothing: a marking switch's incast screen costs a stack's
+    pass, not one per switch. Detectors that read every poll (no ``signals``), those of rare
+    events (a marking NIC's poll shows none of theirs) and the paced ones (their due checks)."""
 
     def screen(self, stack: PollStack) -> np.ndarray:
         """Per poll of the stack: whether, its device having no streak open, ``update`` would say
-        nothing and change nothing but what ``pass_over`` keeps. Read from the poll alone."""
+        nothing and change nothing but what ``pass_over`` keeps. Read from the poll, and from
+        no state but what the batch's earlier polls can only add to (the sensors optics judged)."""
         ...
 
     def pass_over(self, poll: Poll) -> None:

@@ -65,6 +65,8 @@ class Stage1:
         self._recorders: dict[str, list[Recorder]] = {"nic": [], "switch": []}
         self._screening: dict[str, list[Screening]] = {"nic": [], "switch": []}
         """Detectors that screen a batch's polls of a layout at once (``spec.Screening``)."""
+        self._paced_screening: dict[str, list[Screening]] = {"nic": [], "switch": []}
+        """Paced detectors that screen a batch's due checks of a layout at once."""
         self._stacked_recorders: dict[str, list[tuple[int, StackedRecorder]]] = {"nic": [], "switch": []}
         """Recorders that read a batch's polls of a layout at once, with their index in ``_recorders``."""
         self._windowed: dict[str, WindowedDetector] = {}
@@ -77,8 +79,8 @@ class Stage1:
                 (self._paced if spec.paced else self._detectors)[kind].append(detector)  # type: ignore[arg-type]
                 if spec.records:
                     self._recorders[kind].append(detector)  # type: ignore[arg-type]
-                if isinstance(detector, Screening) and not spec.paced:
-                    self._screening[kind].append(detector)
+                if isinstance(detector, Screening):
+                    (self._paced_screening if spec.paced else self._screening)[kind].append(detector)
                 if isinstance(detector, StackedRecorder) and spec.records:
                     self._stacked_recorders[kind].append((len(self._recorders[kind]) - 1, detector))
             if hasattr(detector, "window_state"):
@@ -118,6 +120,7 @@ class Stage1:
         lines = [line for line, _ in speeds]
         recorded = [i for i, f in enumerate(frames) if f is not None and i not in after_dark]
         readings, passed = self._stacked(frames, lines, recorded, calm)
+        self._screen_paced(frames, lines, recorded, passed)
         out: list[tuple[RateFrame | None, list[Symptom]]] = []
         for i, (frame, line) in enumerate(zip(frames, lines, strict=True)):
             if frame is None or i in after_dark:
@@ -125,7 +128,7 @@ class Stage1:
                 continue
             self._record(frame, line, readings.get(i))
             if i in calm and frame.device not in self._open:  # open: as left
-                out.append((frame, self._check_paced(frame, line)))
+                out.append((frame, self._check_paced(frame, line, passed=passed.get(i, ()))))
             else:
                 out.append((frame, self._detect(frame, line, passed.get(i, ()))))
         return out
@@ -149,13 +152,8 @@ class Stage1:
         opened one)."""
         poll = Poll(frame, line, self.fabric)
         detectors = self._detectors.get(frame.device_kind, [])
-        symptoms = []
-        for d in detectors:
-            if d in passed and not d.open(frame.device):
-                d.pass_over(poll)  # type: ignore[attr-defined]
-            else:
-                symptoms += d.update(poll)
-        symptoms += self._check_paced(frame, line, poll)
+        symptoms = _judged(detectors, poll, passed)
+        symptoms += self._check_paced(frame, line, poll, passed)
         if self._signals.get(frame.device_kind) is not None:
             if any(d.open(frame.device) for d in detectors):
                 self._open.add(frame.device)
@@ -168,9 +166,16 @@ class Stage1:
             symptoms += self._outliers.update(frame, line, edge)
         return symptoms
 
-    def _check_paced(self, frame: RateFrame, line: np.ndarray, poll: Poll | None = None) -> list[Symptom]:
+    def _check_paced(
+        self,
+        frame: RateFrame,
+        line: np.ndarray,
+        poll: Poll | None = None,
+        passed: Collection[Screening] = (),
+    ) -> list[Symptom]:
         """The symptoms of the paced detectors for which the device is due a check (most polls:
-        none, for the cost of a lookup)."""
+        none, for the cost of a lookup); ``passed``, those whose screen passed over the check,
+        as in ``_detect``."""
         paced = self._paced.get(frame.device_kind)
         soonest = self._paced_next.get(frame.device)
         if not paced or (soonest is not None and frame.ts_ns < soonest):
@@ -179,8 +184,7 @@ class Stage1:
         self._paced_next[frame.device] = min(d.next_due_ns(frame.device) or frame.ts_ns for d in paced)
         if not due:
             return []
-        poll = poll or Poll(frame, line, self.fabric)
-        return [s for d in due for s in d.update(poll)]
+        return _judged(due, poll or Poll(frame, line, self.fabric), passed)
 
     def take_periods(self) -> list[Periods]:
         """The traffic periods judged since the last call (``fabric.rhythm``, for the store)."""
@@ -261,10 +265,39 @@ class Stage1:
                 continue
             if len(judged) < len(stacked):
                 stack = stack.only(np.array([i not in calm for i in stacked]))
-            for detector in screening:
-                for k in np.flatnonzero(detector.screen(stack)).tolist():
-                    passed.setdefault(judged[k], []).append(detector)
+            _screened(screening, stack, judged, passed)
         return readings, passed
+
+    def _screen_paced(
+        self,
+        frames: Sequence[RateFrame | None],
+        lines: Sequence[np.ndarray],
+        recorded: Sequence[int],
+        passed: dict[int, list[Screening]],
+    ) -> None:
+        """Add to ``passed`` the paced detectors whose screen passes over a poll, stacked per
+        layout. Only polls that may be due are stacked: at or past the device's due time as the
+        batch begins, which a pacer's only moves later (``paced.Pacer``); the stage asks ``due``
+        at each poll in order as ever."""
+        for (kind, _, _), members in _by_layout(frames, recorded).items():
+            screening = self._paced_screening[kind]
+            if not screening:
+                continue
+            checked = [i for i in members if self._may_be_due(frames[i], screening)]  # type: ignore[arg-type]
+            if not checked:
+                continue
+            stack = PollStack.of([frames[i] for i in checked], [lines[i] for i in checked], self.fabric)  # type: ignore[misc]
+            _screened(screening, stack, checked, passed)
+
+    def _may_be_due(self, frame: RateFrame, screening: Sequence[Screening]) -> bool:
+        soonest = self._paced_next.get(frame.device)
+        if soonest is not None and frame.ts_ns < soonest:
+            return False  # most polls: one lookup
+        for d in screening:
+            due_ns = d.next_due_ns(frame.device)  # type: ignore[attr-defined]
+            if due_ns is None or frame.ts_ns >= due_ns:
+                return True
+        return False
 
     def _calm(self, frames: Sequence[RateFrame | None]) -> set[int]:
         """Which frames carry none of their device kind's declared signals above zero: checked per
@@ -281,6 +314,31 @@ class Stage1:
             shown = values[:, :, first.layout.columns_of(signals)]
             calm.update(members[k] for k in np.flatnonzero(~(shown > 0).any(axis=(1, 2))))
         return calm
+
+
+def _screened(
+    screening: Sequence[Screening],
+    stack: PollStack,
+    indexes: Sequence[int],
+    passed: dict[int, list[Screening]],
+) -> None:
+    """Add each detector to ``passed`` of the polls (``indexes``, in the stack's order) its screen
+    passes over."""
+    for detector in screening:
+        for k in np.flatnonzero(detector.screen(stack)).tolist():
+            passed.setdefault(indexes[k], []).append(detector)
+
+
+def _judged(detectors: Sequence[DeviceDetector], poll: Poll, passed: Collection[Screening]) -> list[Symptom]:
+    """The detectors' symptoms of the poll; those whose screen passed over it (``passed``) judge
+    it only if a streak of its device is open by now, and otherwise keep what they keep of it."""
+    symptoms = []
+    for d in detectors:
+        if d in passed and not d.open(poll.frame.device):
+            d.pass_over(poll)  # type: ignore[attr-defined]
+        else:
+            symptoms += d.update(poll)
+    return symptoms
 
 
 def _by_layout(

@@ -17,6 +17,7 @@ import numpy as np
 
 from fabricwatch.detectors.persistence import LACK_OF_DATA_S
 from fabricwatch.detectors.rates import RateFrame
+from fabricwatch.detectors.spec import Poll, PollStack
 from fabricwatch.schemas.config import AtLeastOne, PollWindow, Positive
 
 _NS = 1_000_000_000
@@ -143,6 +144,14 @@ class Systematic:
         state = self._devices.get(device)
         if state is None or state.history.size != n:
             state = self._devices[device] = Ports.empty(n)
+        if not state.open and not seen.any():
+            # The common check of a healthy device: nothing starts, clears or ends, and what else a
+            # step keeps is read only of ports in a streak (a port's quiet time and last known
+            # read, while active; its peak, while in the window), which begins only at a step
+            # that sees it. So the step changes nothing that matters, and a screen may skip it.
+            none = np.zeros(n, dtype=bool)
+            return Step(state, none, none)
+        windowed = state.active | (state.history > 0)
         state.history = np.where(known, ((state.history << 1) | seen) & self._mask, state.history)
         state.known_ns = np.where(known, ts_ns, state.known_ns)
         state.quiet_s = np.where(seen, 0.0, np.where(known, state.quiet_s + dt_s, state.quiet_s))
@@ -150,7 +159,8 @@ class Systematic:
         state.since_ns[started] = ts_ns - _AGE[state.history[started]] * int(dt_s * _NS)
         state.active |= started
         counted = np.where(seen, measure, 0.0)
-        state.peak = np.where(state.active | (state.history > 0), np.fmax(state.peak, counted), 0.0)
+        kept = np.where(windowed, state.peak, 0.0)  # not a streak's that ended before this step
+        state.peak = np.where(state.active | (state.history > 0), np.fmax(kept, counted), 0.0)
         quiet_s = max(self.clear_after_s, self.window_polls * dt_s)
         cleared = state.active & known & (state.quiet_s >= quiet_s)
         ended = state.active & (ts_ns - state.known_ns > self.lack_of_data_s * _NS)
@@ -174,3 +184,12 @@ class SignalledStreaks:
 
     def calm(self, frame: RateFrame) -> bool:
         return not self._streaks.tracked(frame.device) and not frame.any_above_zero(self.signals)
+
+    def screen(self, stack: PollStack) -> np.ndarray:
+        """Per poll of a batch's stack (``spec.Screening``): none of the ``signals`` above zero,
+        so the poll sees nothing, and on a device with nothing open its step is the healthy one
+        (``Systematic.step``), which changes nothing that matters."""
+        return ~stack.above_zero(self.signals)
+
+    def pass_over(self, poll: Poll) -> None:
+        """A poll the screen passed over leaves nothing to keep."""

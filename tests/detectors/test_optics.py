@@ -16,7 +16,7 @@ from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.optics import Optics, OpticsConfig
 from fabricwatch.detectors.pipeline import Pipeline
 from fabricwatch.detectors.rates import Layout, RateFrame
-from fabricwatch.detectors.spec import Poll
+from fabricwatch.detectors.spec import Poll, PollStack
 from fabricwatch.ingest.mapping import map_counters
 from fabricwatch.ingest.nic.device import MODULE_SOURCE
 from fabricwatch.ingest.nic.module import parse_module_info
@@ -100,6 +100,34 @@ def test_a_sensor_gone_unreadable_does_not_clear_another_sensors_fault():
     assert _check(detector, both, 0) == [] and _check(detector, both, 1)[0].active
     gone = {"optic_rx_power_low_alarm_nw": 44_600} | temp  # no rx reading
     said = [s for t in range(2, 20) for s in _check(detector, gone, t)]
+    assert said and all(s.active for s in said)
+
+
+def _screened(detector: Optics, gauges: dict[str, int], t: int) -> list:
+    """A check as stage 1 makes it in a batch: the screen first (``spec.Screening``)."""
+    specs = tuple(CounterSpec(name, "gauge", 64) for name in gauges)
+    values = np.array([list(gauges.values())], dtype=float)
+    frame = RateFrame("leaf-1", "switch", T0 + t * NS, 1.0, ["Ethernet8"], Layout.of(specs), values)
+    poll = Poll(frame, np.full(1, 5e10), FabricMap(None))
+    if detector.screen(PollStack.of([frame], [poll.line_Bps], poll.fabric))[0] and not detector.open(
+        "leaf-1"
+    ):
+        detector.pass_over(poll)
+        return []
+    return detector.update(poll)
+
+
+def test_a_sensor_read_in_range_only_by_screened_checks_still_holds_another_sensors_fault_open():
+    """The screen passes over a healthy check only once each sensor it reads has been judged: the
+    received power, read in range and then gone, must keep the temperature's fault from clearing
+    as in ``test_a_sensor_gone_unreadable_does_not_clear_another_sensors_fault``."""
+    detector = Optics(OpticsConfig(every_s=1.0, clear_after_s=5.0, lack_of_data_s=30.0))
+    rx = {"optic_rx_power_nw": 400_000, "optic_rx_power_low_alarm_nw": 44_600}
+    cool = {"optic_temperature_mc": 45_000, "optic_temperature_high_alarm_mc": 75_000}
+    hot = {**cool, "optic_temperature_mc": 80_000}
+    assert [s for t in range(3) for s in _screened(detector, rx | cool, t)] == []
+    assert _screened(detector, hot, 3) == [] and _screened(detector, hot, 4)[0].active
+    said = [s for t in range(5, 20) for s in _screened(detector, cool, t)]
     assert said and all(s.active for s in said)
 
 

@@ -7,15 +7,20 @@ that it passes over the common poll and never the poll of a fault."""
 
 from __future__ import annotations
 
+import numpy as np
 from helpers.switch_polls import PORTS, SHALLOW, T0, LINE_Bps, Switch, incast, shallow_topology, storm
 
 from fabricwatch.detectors.config import DetectorConfig
 from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.incast import IncastDetector
+from fabricwatch.detectors.link_degrading import LinkDegrading
+from fabricwatch.detectors.link_speed import LinkSpeed
+from fabricwatch.detectors.optics import Optics
 from fabricwatch.detectors.pfc_storm import NicPauseStorm, PfcWatchdog, StalledEgress
 from fabricwatch.detectors.rates import Layout, RateEngine, RateFrame
-from fabricwatch.detectors.spec import PollStack
+from fabricwatch.detectors.spec import Poll, PollStack
 from fabricwatch.schemas.messages import CounterSpec, QueueProfile, Snapshot
+from fabricwatch.schemas.topology import Device, Link, Topology
 
 BUSY = {
     "tx_bytes": dict.fromkeys(PORTS, 0.3 * LINE_Bps),
@@ -126,3 +131,42 @@ def test_a_switch_that_cannot_show_a_stall_passes_the_stall_screen_whole():
     ]
     without = PollStack.of(frames, list(polls.line_Bps), polls.fabric)
     assert StalledEgress(DetectorConfig().pfc_storm).screen(without).tolist() == [True, True, True]
+
+
+def test_a_healthy_link_s_due_check_passes_the_paced_screens_and_a_slow_degrading_or_hot_one_does_not():
+    """The paced checks (speed, FEC, optics) are screened too: every due check of a healthy link
+    reads a speed, corrected bits and a temperature that are never zero, and must pass. Ethernet0
+    of a 400G leaf: healthy; at half speed; correcting 2e-5 of its bits; its module past its alarm."""
+    ports = ["Ethernet0"]
+    topology = Topology(
+        ts_ns=T0,
+        devices=[Device("leaf00", "leaf"), Device("spine00", "spine")],
+        links=[Link("leaf00", "Ethernet0", "spine00", "Ethernet0", 400.0)],
+    )
+    layout = Layout.of(
+        (
+            CounterSpec("link_speed_mbps", "gauge", 64),
+            CounterSpec("fec_corrected_bits", "counter", 64),
+            CounterSpec("optic_temperature_mc", "gauge", 64),
+            CounterSpec("optic_temperature_high_alarm_mc", "gauge", 64),
+        )
+    )
+    healthy = [400_000, 1_000, 45_000, 75_000]
+    checks = [
+        healthy,
+        [200_000, *healthy[1:]],
+        [400_000, 8e6, 45_000, 75_000],
+        [*healthy[:2], 80_000, 75_000],
+    ]
+    frames = [
+        RateFrame("leaf00", "switch", T0 + t * 10**10, 10.0, ports, layout, np.array([row], dtype=float))
+        for t, row in enumerate(checks)
+    ]
+    fabric = FabricMap(topology)
+    polls = PollStack.of(frames, [fabric.speeds("leaf00", ports)[0]] * len(frames), fabric)
+    config = DetectorConfig()
+    optics = Optics(config.optics)
+    optics.update(Poll(frames[0], polls.line_Bps[0], fabric))  # the first check judges its sensors
+    assert LinkSpeed(config.link_speed).screen(polls).tolist() == [True, False, True, True]
+    assert LinkDegrading(config.fec_degrading).screen(polls).tolist() == [True, True, False, True]
+    assert optics.screen(polls).tolist() == [True, True, True, False]
