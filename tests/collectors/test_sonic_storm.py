@@ -64,23 +64,24 @@ def test_a_storm_read_from_the_switches_redis_is_found_at_its_root(broker, worke
     trace = tmp_path / "storm.trace"
     simulate(load_scenario(scenario), trace)
     polls: dict[int, list[Snapshot]] = {}
+    """By poll number: the simulated collectors' jitter gives each device's snapshot its own time."""
     others, label = [], None
     with TraceReader(trace) as reader:
         for rec in reader:
             if rec.topic == topics.COUNTERS:
                 snap = decode(rec.value(), Snapshot)
-                polls.setdefault(snap.ts_ns, []).append(snap)
+                polls.setdefault(round(snap.ts_ns / (POLL_S * 1e9)), []).append(snap)
             elif rec.topic == topics.LABELS:
                 label = decode(rec.value(), Label)
             else:
                 others.append((rec.topic, rec.key, decode(rec.value(), Topology | PhaseMessage)))
     assert label is not None and label.kind == "pfc_storm"
-    stamps = sorted(polls)
-    switch_names = sorted({s.device for s in polls[stamps[0]] if s.device_kind == "switch"})
+    numbers = sorted(polls)
+    switch_names = sorted({s.device for s in polls[numbers[0]] if s.device_kind == "switch"})
 
     with ExitStack() as stack:
         urls = {name: stack.enter_context(redis_server()) for name in switch_names}
-        first = {s.device: s for s in polls[stamps[0]]}
+        first = {s.device: s for s in polls[numbers[0]]}
         switches = {name: SnapshotSwitch(url, first[name]) for name, url in urls.items()}
         config = tmp_path / "site.yaml"
         lines = [f"    - {{name: {n}, redis: '{u}/{COUNTERS_DB}'}}" for n, u in urls.items()]
@@ -99,20 +100,19 @@ def test_a_storm_read_from_the_switches_redis_is_found_at_its_root(broker, worke
         )
         publisher = Publisher(broker)
         t0 = (int(time.time() / POLL_S) + 5) * POLL_S  # a poll boundary a couple of seconds away
-        offset = int(t0 * 1e9) - stamps[0]
+        offset = int(t0 * 1e9) - numbers[0] * int(POLL_S * 1e9)
         for topic, key, msg in others:
             publisher.send(topic, key, encode(shifted(msg, offset)), msg_ts(msg) + offset)
         try:
-            for k, stamp in enumerate(stamps):
+            for number in numbers:
                 # each poll's switch counters are in Redis a quarter poll before the collector reads
-                time.sleep(max(0.0, t0 + k * POLL_S - POLL_S / 4 - time.time()))
-                for snap in polls[stamp]:
+                time.sleep(max(0.0, t0 + (number - numbers[0]) * POLL_S - POLL_S / 4 - time.time()))
+                for snap in polls[number]:
                     if snap.device_kind == "switch":
                         switches[snap.device].write(snap)
                     else:
-                        publisher.send(
-                            topics.COUNTERS, snap.device, encode(shifted(snap, offset)), stamp + offset
-                        )
+                        moved = shifted(snap, offset)
+                        publisher.send(topics.COUNTERS, snap.device, encode(moved), moved.ts_ns)
             publisher.flush()
             assert wait_for(lambda: storms_in(anomalies), 30)
         finally:

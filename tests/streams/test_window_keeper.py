@@ -98,12 +98,13 @@ def test_a_worker_restarted_mid_stream_keeps_its_findings_open(broker, tmp_path)
     out, rates = Collector(broker, topics.ANOMALIES), Collector(broker, topics.RATES)
     first = WorkerProcess(broker.bootstrap, tmp_path / "first.log", SESSION_TIMEOUT_S)
     second = None
-    feeder = threading.Thread(target=publish_trace, args=(tmp_path / "trace", broker, 4.0))
+    feeder = threading.Thread(target=publish_trace, args=(tmp_path / "trace", broker, 8.0))  # 53 s
     try:
         first.wait_ready()
         feeder.start()
         assert wait_for(lambda: {"capacity", "microbursts"} <= _kinds(out), 120), _kinds(out)
         assert first.stop() == 0, first.log_path.read_text()[-2000:]
+        assert feeder.is_alive(), "the trace was all sent before the restart: not mid-stream"
         second = WorkerProcess(broker.bootstrap, tmp_path / "second.log", SESSION_TIMEOUT_S)
         second.wait_ready()
         feeder.join()
