@@ -24,9 +24,12 @@ SCENARIOS = SCENARIOS / "eval"
 
 DURATION_S = {"phy_health_1s_64h": 150}
 """Simulated seconds of a trace, 40 unless its faults show later (the paced checks, 10 s apart)."""
-SHOWN = {"phy_health_1s_64h": {"fec_degrading", "link_slow", "optic_out_of_range"}}
-"""Kinds a trace must show: the paced detectors' screens pass over their healthy checks (issue 37)
-and must judge those that see a fault."""
+SHOWN = {
+    "phy_health_1s_64h": {"fec_degrading", "link_slow", "optic_out_of_range", "pcie_stalled", "link_errors"},
+    "drops_1s_64h": {"drops", "retransmitting"},
+}
+"""Kinds a trace must show: the paced detectors and those of rare events screen a batch's polls
+(issue 37), and must judge those that see a fault."""
 
 
 def messages(tmp_path: Path, name: str) -> tuple[Topology, list[Snapshot]]:
@@ -56,6 +59,7 @@ def same(a, b) -> bool:
         "gaugeless_1s_64h",
         "switch_stall_200ms_64h",
         "phy_health_1s_64h",
+        "drops_1s_64h",
     ],
 )
 @pytest.mark.parametrize("batch", [1, 7, 500])
