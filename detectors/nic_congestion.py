@@ -9,6 +9,7 @@ import numpy as np
 
 from fabricwatch.detectors.evidence import evidence
 from fabricwatch.detectors.persistence import StreakTable
+from fabricwatch.detectors.rates import Layout, RateFrame
 from fabricwatch.detectors.spec import Detector, Poll, SymptomKind
 from fabricwatch.schemas.messages import Symptom
 
@@ -23,6 +24,9 @@ class NicCongestion:
 
     def __init__(self) -> None:
         self._streaks = StreakTable()
+        self._columns: dict[int, tuple[Layout, np.ndarray, np.ndarray, np.ndarray]] = {}
+        """Per counter table (by identity, holding it): the signals' columns it has, which signal
+        each is of, and how many each signal has."""
 
     def open(self, device: str) -> bool:
         return self._streaks.open(device)
@@ -31,12 +35,7 @@ class NicCongestion:
         frame = poll.frame
         if frame.device_kind != "nic":
             return []
-        columns = []
-        for _, names in _SIGNALS:
-            rates = [frame.port(n) for n in names]
-            rising = [r > 0 for r in rates if r is not None]
-            columns.append(np.logical_and.reduce(rising) if rising else np.zeros(len(frame.ports), bool))
-        signalled = np.stack(columns, axis=1)
+        signalled = self._signalled(frame)
         streak = self._streaks.get(frame.device, signalled.shape)
         streak.step(signalled, frame.ts_ns, frame.dt_s)
         streak.start(signalled)
@@ -57,6 +56,24 @@ class NicCongestion:
             )
 
         return streak.report(cleared, symptom)
+
+    def _signalled(self, frame: RateFrame) -> np.ndarray:
+        """Ports x signals: every counter of the signal that the device has, above zero (none:
+        not signalled). One pass over the columns, found once per counter table: this is read
+        for every marking NIC's every poll."""
+        found = self._columns.get(id(frame.layout))
+        if found is None or found[0] is not frame.layout:
+            cols = [(frame.layout.col(n), k) for k, (_, names) in enumerate(_SIGNALS) for n in names]
+            present = [(c, k) for c, k in cols if c is not None]
+            member = np.zeros((len(present), len(_SIGNALS)), dtype=np.int64)
+            for row, (_, k) in enumerate(present):
+                member[row, k] = 1
+            sizes = member.sum(axis=0)
+            found = (frame.layout, np.array([c for c, _ in present], dtype=np.intp), member, sizes)
+            self._columns[id(frame.layout)] = found
+        _, cols, member, sizes = found
+        counts = (frame.values[:, cols] > 0).astype(np.int64) @ member
+        return (counts == sizes) & (sizes > 0)
 
 
 DETECTOR = Detector(
