@@ -290,6 +290,8 @@ class Stage1:
             _screened(screening, stack, checked, passed)
 
     def _may_be_due(self, frame: RateFrame, screening: Sequence[Screening]) -> bool:
+        """Whether the poll is at or past one of these detectors' due times for its device as
+        they stand now: every poll that turns out due is one of these."""
         soonest = self._paced_next.get(frame.device)
         if soonest is not None and frame.ts_ns < soonest:
             return False  # most polls: one lookup
