@@ -119,8 +119,9 @@ class Stage1:
         calm = self._calm(frames) if self._outliers is None else set()
         lines = [line for line, _ in speeds]
         recorded = [i for i, f in enumerate(frames) if f is not None and i not in after_dark]
-        readings, passed = self._stacked(frames, lines, recorded, calm)
-        self._screen_paced(frames, lines, recorded, passed)
+        layouts = _by_layout(frames, recorded)
+        readings, passed = self._stacked(frames, lines, layouts, calm)
+        self._screen_paced(frames, lines, layouts, passed)
         out: list[tuple[RateFrame | None, list[Symptom]]] = []
         for i, (frame, line) in enumerate(zip(frames, lines, strict=True)):
             if frame is None or i in after_dark:
@@ -242,16 +243,17 @@ class Stage1:
         self,
         frames: Sequence[RateFrame | None],
         lines: Sequence[np.ndarray],
-        recorded: Sequence[int],
+        layouts: dict[tuple[str, int, int], list[int]],
         calm: set[int],
     ) -> tuple[dict[int, dict[int, Any]], dict[int, list[Screening]]]:
-        """The batch's polls of each device kind and layout stacked once, for the recorders that
+        """The batch's polls of each device kind and layout (``layouts``: the recorded polls'
+        indexes, ``_by_layout``) stacked once, for the recorders that
         read them at once (``spec.StackedRecorder``: per poll, its readings by recorder index) and
         the detectors that screen them (``spec.Screening``: per poll not calm, those that would
         judge it for nothing)."""
         readings: dict[int, dict[int, Any]] = {}
         passed: dict[int, list[Screening]] = {}
-        for (kind, _, _), members in _by_layout(frames, recorded).items():
+        for (kind, _, _), members in layouts.items():
             recorders, screening = self._stacked_recorders[kind], self._screening[kind]
             judged = [i for i in members if i not in calm] if screening else []
             if not recorders and not judged:
@@ -272,14 +274,14 @@ class Stage1:
         self,
         frames: Sequence[RateFrame | None],
         lines: Sequence[np.ndarray],
-        recorded: Sequence[int],
+        layouts: dict[tuple[str, int, int], list[int]],
         passed: dict[int, list[Screening]],
     ) -> None:
         """Add to ``passed`` the paced detectors whose screen passes over a poll, stacked per
         layout. Only polls that may be due are stacked: at or past the device's due time as the
         batch begins, which a pacer's only moves later (``paced.Pacer``); the stage asks ``due``
         at each poll in order as ever."""
-        for (kind, _, _), members in _by_layout(frames, recorded).items():
+        for (kind, _, _), members in layouts.items():
             screening = self._paced_screening[kind]
             if not screening:
                 continue
