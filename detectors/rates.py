@@ -90,6 +90,8 @@ class Layout:
     """Units of the counter per byte of line rate (bytes 1, packets 1/84); NaN when the line does
     not bound it (time, events)."""
     positions: dict[tuple[str, int | None], int]
+    plain: bool
+    """Every counter 64 bits wide and unscaled (most tables): a delta needs neither mask nor scale."""
     _indexed: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, compare=False)
     _columns: dict[frozenset[str], np.ndarray] = field(default_factory=dict, compare=False)
     _aligned: dict[tuple[str, bytes], tuple[np.ndarray, np.ndarray | None] | None] = field(
@@ -103,14 +105,17 @@ class Layout:
         per_line = [
             _PER_LINE_BYTE.get(vocab[c.name].unit, np.nan) if c.name in vocab else np.nan for c in counters
         ]
+        mask = np.array([(1 << c.width) - 1 for c in counters], dtype=np.uint64)
+        scale = np.array([c.scale for c in counters], dtype=np.float64)
         return cls(
             counters=counters,
             is_counter=np.array([c.kind == _KIND_COUNTER for c in counters], dtype=bool),
-            mask=np.array([(1 << c.width) - 1 for c in counters], dtype=np.uint64),
-            scale=np.array([c.scale for c in counters], dtype=np.float64),
+            mask=mask,
+            scale=scale,
             max_rate=np.array(max_rate, dtype=np.float64),
             per_line_byte=np.array(per_line, dtype=np.float64),
             positions={(c.name, c.index): i for i, c in enumerate(counters)},
+            plain=bool((mask == np.iinfo(np.uint64).max).all() and (scale == 1.0).all()),
         )
 
     def col(self, name: str, index: int | None = None) -> int | None:
@@ -293,13 +298,15 @@ class RateEngine:
                 layout,
                 unknown,
             )
+        changed = raw != prev.raw
         stale = None
         if valid is None and snap.source not in REFRESH_AWARE_SOURCES:
-            stale = self._stale_ports(prev, raw, snap.ts_ns)
+            stale = self._stale_ports(prev, changed, snap.ts_ns)
             if stale is not None:
                 valid = np.repeat(~stale[:, None], raw.shape[1], axis=1)
         cur = _held(prev, _DeviceState(snap.ts_ns, layout, snap.ports, raw, valid))
-        cur.moved = ((raw != prev.raw) & layout.is_counter).any(axis=1)
+        changed &= layout.is_counter
+        cur.moved = changed.any(axis=1)
         if stale is not None:
             cur.moved |= stale  # still a busy port waiting for its refresh
         self._devices[snap.device] = cur
@@ -389,8 +396,7 @@ class RateEngine:
         moved_ports = (changed & counting).any(axis=2)[plain]
         raw, prev_raw, gap_ns = raw[plain], prev_raw[plain], gap_ns[plain]
         dt = gap_ns / 1e9
-        delta = ((raw - prev_raw) & layout.mask).astype(np.float64)
-        delta *= layout.scale
+        delta = _delta(layout, raw, prev_raw)
         delta /= dt[:, None, None]
         rates = np.where(counting, delta, raw)
         known_lines = [lines[k] for k in plain]
@@ -411,15 +417,16 @@ class RateEngine:
                 s.device, s.device_kind, s.ts_ns, float(dt[j]), s.ports, layout, rates[j]
             )
 
-    def _stale_ports(self, prev: _DeviceState, raw: np.ndarray, ts_ns: int) -> np.ndarray | None:
-        """Ports that read exactly as before although they were moving, within ``STALE_MAX_S`` of
-        their last change, while the device's other ports moved: reads between two refreshes of
-        the port's counters, held at their last change so that the next one's rate spans the whole
-        time since (``stats.stale_ports``). None: every port is fresh."""
+    def _stale_ports(self, prev: _DeviceState, changed: np.ndarray, ts_ns: int) -> np.ndarray | None:
+        """Ports that read exactly as before (``changed``: which values did not) although they were
+        moving, within ``STALE_MAX_S`` of their last change, while the device's other ports moved:
+        reads between two refreshes of the port's counters, held at their last change so that the
+        next one's rate spans the whole time since (``stats.stale_ports``). None: every port is
+        fresh."""
         if prev.moved is None:
             return None
-        last_change = prev.held_since().min(axis=1)
-        stale = prev.moved & (raw == prev.raw).all(axis=1) & (ts_ns - last_change <= _STALE_MAX_NS)
+        last_change = prev.read_ns.min(axis=1) if prev.read_ns is not None else prev.ts_ns
+        stale = prev.moved & ~changed.any(axis=1) & (ts_ns - last_change <= _STALE_MAX_NS)
         if not stale.any():
             return None
         self.stats.stale_ports += int(stale.sum())
@@ -457,12 +464,11 @@ class RateEngine:
         """Written for few numpy calls: a NIC snapshot is a 1 x 30 matrix, where per-call overhead
         is the whole cost; the rare cases (resets, impossible rates, missing values) branch off.
         ``dt`` is per value (a matrix) where some previous values were held over a gap."""
-        delta = ((cur - prev.raw) & layout.mask).astype(np.float64)
-        delta *= layout.scale
+        delta = _delta(layout, cur, prev.raw)
         went_down = cur < prev.raw
         went_down &= layout.is_counter
         if went_down.any():  # rare: a wrap or a reset
-            reset = went_down & (delta > _wrap_bound(layout, line_Bps) * dt)
+            reset = went_down & (delta > _bound(layout, line_Bps, WRAP_LINE_SLACK) * dt)
             if reset.any():
                 delta = self._count_from_zero(layout, cur, delta, went_down, reset)
         delta /= dt
@@ -475,10 +481,8 @@ class RateEngine:
     def _drop_impossible(self, layout: Layout, rates: np.ndarray, line_Bps: np.ndarray | None) -> None:
         """Rates past the vocabulary's bound, or past what the port's line can carry, are unknown
         (and counted). ``line_Bps`` has the shape of ``rates`` without its counter axis."""
-        impossible = rates > layout.max_rate
-        if line_Bps is not None:
-            with np.errstate(invalid="ignore"):
-                impossible |= rates > line_Bps[..., None] * layout.per_line_byte * LINE_SLACK
+        with np.errstate(invalid="ignore"):
+            impossible = rates > _bound(layout, line_Bps, LINE_SLACK)
         if impossible.any():
             self.stats.impossible += int(impossible.sum())
             rates[impossible] = np.nan
@@ -516,13 +520,24 @@ def _held(prev: _DeviceState, cur: _DeviceState) -> _DeviceState:
     return _DeviceState(cur.ts_ns, cur.layout, cur.ports, raw, None if valid.all() else valid, read_ns)
 
 
-def _wrap_bound(layout: Layout, line_Bps: np.ndarray | None) -> np.ndarray:
-    """Per port and counter, the largest rate a wrap may imply: the vocabulary's bound, tightened
-    by the port's line rate where it is known and bounds the counter."""
+def _delta(layout: Layout, cur: np.ndarray, prev: np.ndarray) -> np.ndarray:
+    """What each counter counted since ``prev``, modulo its width, in its unit, as floats (gauges'
+    entries are meaningless here)."""
+    if layout.plain:
+        return (cur - prev).astype(np.float64)
+    delta = ((cur - prev) & layout.mask).astype(np.float64)
+    delta *= layout.scale
+    return delta
+
+
+def _bound(layout: Layout, line_Bps: np.ndarray | None, slack: float) -> np.ndarray:
+    """Per port and counter (``line_Bps``'s axes and the counters'), the largest possible rate:
+    the vocabulary's bound, tightened to ``slack`` times what the port's line can carry where it
+    is known and bounds the counter. Two passes over the matrix: a switch's is 5,504 values."""
     if line_Bps is None:
         return layout.max_rate
-    by_line = line_Bps[:, None] * layout.per_line_byte * WRAP_LINE_SLACK
-    return np.fmin(layout.max_rate, by_line)  # fmin: a NaN (no line, or not bounded by it) gives way
+    bound = np.multiply.outer(line_Bps, layout.per_line_byte * slack)
+    return np.fmin(bound, layout.max_rate, out=bound)  # fmin: a NaN (no line, or not bounded by it) gives way
 
 
 def _known(layout: Layout, valid: np.ndarray | None, prev_valid: np.ndarray | None) -> np.ndarray:

@@ -71,7 +71,10 @@ class PollStack(CounterColumns):
         return cls(frames, np.stack(lines), fabric, frames[0].layout, values, dt_s)
 
     def only(self, which: np.ndarray) -> PollStack:
-        """The polls of the stack where ``which`` (a boolean per poll) holds."""
+        """The polls of the stack where ``which`` (a boolean per poll) holds: the stack itself where
+        it holds of every poll (a marking switch's polls all pause a little), not a copy."""
+        if which.all():
+            return self
         frames = [f for f, keep in zip(self.frames, which.tolist(), strict=True) if keep]
         return PollStack(
             frames, self.line_Bps[which], self.fabric, self.layout, self.values[which], self.dt_s[which]
