@@ -76,6 +76,8 @@ class _Projection:
     contributes: np.ndarray  # the same, 1.0 where a counter feeds a column
     absent: np.ndarray  # sum-columns no counter of the layout feeds
     maxes: tuple[tuple[int, np.ndarray], ...]  # (output column, counter columns)
+    present: np.ndarray
+    """Per output column, whether any counter of the layout feeds it (the others are NaN in every row)."""
 
 
 _projections: dict[tuple, _Projection] = {}
@@ -96,7 +98,14 @@ def _projection(layout: Layout) -> _Projection:
         (_COLUMN[out], np.array(by_name.get(name, []), dtype=np.intp)) for out, name in _MAXES.items()
     )
     contributes = (weights != 0).astype(float)
-    found = _Projection(weights, contributes, ~contributes.any(axis=0), maxes)
+    absent = ~contributes.any(axis=0)
+    present = np.zeros(len(PORT_RATE_COLUMNS), dtype=bool)
+    present[_SUM_OUT] = ~absent
+    for col, cols in maxes:
+        present[col] = cols.size > 0
+    for util, bps in _UTIL.items():
+        present[_COLUMN[util]] = present[_COLUMN[bps]]
+    found = _Projection(weights, contributes, absent, maxes, present)
     _projections[layout.counters] = found
     return found
 
@@ -163,13 +172,18 @@ def summarise_batch(
 
 
 def _batch(frames: Sequence[RateFrame], lines: Sequence[np.ndarray | None]) -> RatesBatch:
+    """The columns some frame's counters feed, and no others: a switch feeds no CNP column and a
+    NIC no queue's, and a column NaN in every row was a third to a half of the message's bytes
+    (readers map columns by name, and a missing one is unknown: ``docs/storage.md``)."""
     counts = [len(f.ports) for f in frames]
     offsets = np.concatenate(([0], np.cumsum(counts)))
     matrix = np.empty((int(offsets[-1]), len(PORT_RATE_COLUMNS)))
     groups: dict[int, list[int]] = {}
     for i, frame in enumerate(frames):
         groups.setdefault(id(frame.layout), []).append(i)
+    present = np.zeros(len(PORT_RATE_COLUMNS), dtype=bool)
     for members in groups.values():
+        present |= _projection(frames[members[0]].layout).present
         values = np.concatenate([frames[i].values for i in members])
         line = np.concatenate(
             [np.full(counts[i], np.nan) if lines[i] is None else lines[i] for i in members]  # type: ignore[list-item]
@@ -186,6 +200,6 @@ def _batch(frames: Sequence[RateFrame], lines: Sequence[np.ndarray | None]) -> R
         [f.dt_s for f in frames],
         counts,
         [p for f in frames for p in f.ports],
-        list(PORT_RATE_COLUMNS),
-        np.ascontiguousarray(matrix, dtype="<f8").tobytes(),
+        [c for c, kept in zip(PORT_RATE_COLUMNS, present.tolist(), strict=True) if kept],
+        np.ascontiguousarray(matrix[:, present], dtype="<f8").tobytes(),
     )

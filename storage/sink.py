@@ -249,7 +249,9 @@ class Sink:
             self._first_at = self._clock()
 
     def _to_standard_columns(self, columns: list[str], values: np.ndarray) -> np.ndarray:
-        """A message from another build: its columns by name; ours it lacks are unknown (NaN)."""
+        """A message with other columns than ours (stage 1 sends only those its devices' counters
+        feed; another build may know other columns): its columns by name; ours it lacks are
+        unknown (NaN)."""
         key = tuple(columns)
         index = self._col_maps.get(key)
         if index is None:

@@ -160,7 +160,8 @@ def test_every_frame_of_a_simulated_fabric(tmp_path):
 
 def test_a_batch_of_frames_is_each_frame_summarised_in_one_message():
     """Frames of different layouts and widths, with and without line rates, in one ``RatesBatch``:
-    each device's rows are exactly what its own ``summarise`` gives, in the frames' order."""
+    each device's rows are exactly what its own ``summarise`` gives, in the frames' order, read by
+    column name (a column no frame's counters feed is not sent: unknown)."""
     nic_specs = [CounterSpec("tx_bytes"), CounterSpec("rx_bytes"), CounterSpec("cnp_sent")]
     frames = [
         frame(SWITCH, np.arange(26, dtype=float).reshape(2, 13)),
@@ -185,8 +186,25 @@ def test_a_batch_of_frames_is_each_frame_summarised_in_one_message():
             want.dt_s,
             want.ports,
         )
-        np.testing.assert_array_equal(got.matrix(), want.matrix())
+        by_name = dict(zip(got.columns, got.matrix().T, strict=True))
+        nan = np.full(len(got.ports), np.nan)
+        rows = np.column_stack([by_name.get(c, nan) for c in PORT_RATE_COLUMNS])
+        np.testing.assert_array_equal(rows, want.matrix())
     assert [m.device for m in decode_rates(encode(batch))] == ["d0", "d1", "d2", "d3"]
+
+
+def test_a_batch_sends_the_columns_its_counters_feed_and_no_others():
+    """A NIC feeds no queue column and a switch no CNP column: a column NaN in every row for want
+    of a counter is not sent. One fed but unknown in every row (no line rate, no reading) is."""
+    nic_specs = [CounterSpec("tx_bytes"), CounterSpec("cnp_sent")]
+    nic = frame(nic_specs, [[1e9, 5]], kind="nic")
+    [batch] = summarise_batch([nic], [None])
+    assert batch.columns == ["tx_bps", "tx_util", "cnp_sent_pps"]  # PORT_RATE_COLUMNS order
+    switch = frame(SWITCH, [[np.nan] * 13])  # read nothing this time
+    [batch] = summarise_batch([nic, switch], [None, None])
+    assert {"cnp_sent_pps", "watermark_bytes_max", "discards_pps"} <= set(batch.columns)
+    assert not {"pg_drops_pps", "crc_errors_pps", "cnp_received_pps"} & set(batch.columns)
+    assert batch.columns == [c for c in PORT_RATE_COLUMNS if c in batch.columns]  # in their order
 
 
 def test_a_batch_is_cut_between_frames_at_its_row_limit():
