@@ -19,6 +19,7 @@ from helpers.paths import ROOT
 
 SMALLEST = {
     "bench_alerts.py": ["--seconds", "1", "--rate", "100"],
+    "bench_builds.py": ["--series", "marking,nic", "--rounds", "1", "--repeats", "1", "--nics", "4"],
     "bench_burst.py": ["--seconds", "0.2"],
     "bench_clickhouse.py": ["--rows", "20000", "--batch", "10000", "--repeats", "1", "--backends", "chdb"],
     "bench_codec.py": [],
