@@ -381,10 +381,9 @@ class RateEngine:
         gap_ns = ts - np.array([p.ts_ns for p in prevs], dtype=np.int64)
         counting = layout.is_counter
         changed = raw != prev_raw
-        may_be_stale = np.array(
-            [p.moving and s.source not in REFRESH_AWARE_SOURCES for p, s in zip(prevs, snaps, strict=True)]
-        )
         was_moving = np.stack([np.zeros(len(p.ports), bool) if p.moved is None else p.moved for p in prevs])
+        refresh_unaware = np.array([s.source not in REFRESH_AWARE_SOURCES for s in snaps])
+        may_be_stale = was_moving.any(axis=1) & refresh_unaware  # each ``prev.moving``, in one pass
         port_stale = ~changed.any(axis=2) & was_moving
         stale = port_stale.any(axis=1) & may_be_stale & (gap_ns <= _STALE_MAX_NS)
         special = stale | ((raw < prev_raw) & counting).any(axis=(1, 2))
