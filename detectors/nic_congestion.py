@@ -5,9 +5,11 @@ known to be unreliable (Meta's finding), so it only adds evidence and names host
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 
-from fabricwatch.detectors.evidence import evidence
 from fabricwatch.detectors.rates import Layout, RateFrame
 from fabricwatch.detectors.spec import Detector, Poll, SymptomKind
 from fabricwatch.schemas.messages import Symptom
@@ -30,9 +32,8 @@ class NicCongestion:
         self._since: dict[str, tuple[tuple[int, ...], dict[int, int]]] = {}
         """Per device: the shape its elements were read in, and each running element's start (ns)
         by flat index. A new shape (ports added or removed) starts afresh, reporting nothing."""
-        self._columns: dict[int, tuple[Layout, np.ndarray, np.ndarray, np.ndarray]] = {}
-        """Per counter table (by identity, holding it): the signals' columns it has, which signal
-        each is of, and how many each signal has."""
+        self._columns: dict[int, _Columns] = {}
+        """Per counter table, by identity."""
 
     def open(self, device: str) -> bool:
         found = self._since.get(device)
@@ -43,7 +44,7 @@ class NicCongestion:
         frame = poll.frame
         if frame.device_kind != "nic":
             return []
-        signalled = self._signalled(frame)
+        signalled, columns = self._signalled(frame)
         shape, running = self._since.get(frame.device) or ((), {})
         if shape != signalled.shape:
             running = {}
@@ -58,38 +59,59 @@ class NicCongestion:
 
         def symptom(flat: int, start_ns: int, active: bool) -> Symptom:
             p, k = divmod(flat, width)
-            kind, names = _SIGNALS[k]
-            found = {f"{n}_pps": frame.port(n)[p] for n in names if frame.port(n) is not None}
+            read = ((key, frame.values.item(p, col)) for key, col in columns.shown[k])
             return Symptom(
-                kind=kind,
+                kind=_SIGNALS[k][0],
                 device=frame.device,
                 port=frame.ports[p],
                 ts_ns=frame.ts_ns,
                 start_ns=start_ns,
                 active=active,
-                evidence=evidence(1, **found),
+                evidence={key: round(v, 1) for key, v in read if math.isfinite(v)},  # ``evidence(1, ...)``
             )
 
         ended = sorted(i for i in running if i not in since)
         return [symptom(i, since[i], True) for i in now] + [symptom(i, running[i], False) for i in ended]
 
-    def _signalled(self, frame: RateFrame) -> np.ndarray:
+    def _signalled(self, frame: RateFrame) -> tuple[np.ndarray, _Columns]:
         """Ports x signals: every counter of the signal that the device has, above zero (none:
-        not signalled). One pass over the columns, found once per counter table: this is read
-        for every marking NIC's every poll."""
+        not signalled); and the table's columns. One pass over the columns, found once per
+        counter table: this is read for every marking NIC's every poll."""
         found = self._columns.get(id(frame.layout))
-        if found is None or found[0] is not frame.layout:
-            cols = [(frame.layout.col(n), k) for k, (_, names) in enumerate(_SIGNALS) for n in names]
-            present = [(c, k) for c, k in cols if c is not None]
-            member = np.zeros((len(present), len(_SIGNALS)), dtype=np.int64)
-            for row, (_, k) in enumerate(present):
-                member[row, k] = 1
-            sizes = member.sum(axis=0)
-            found = (frame.layout, np.array([c for c, _ in present], dtype=np.intp), member, sizes)
-            self._columns[id(frame.layout)] = found
-        _, cols, member, sizes = found
-        counts = (frame.values[:, cols] > 0).astype(np.int64) @ member
-        return (counts == sizes) & (sizes > 0)
+        if found is None or found.layout is not frame.layout:
+            found = self._columns[id(frame.layout)] = _Columns.of(frame.layout)
+        counts = (frame.values[:, found.cols] > 0).astype(np.int64) @ found.member
+        return (counts == found.sizes) & (found.sizes > 0), found
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """Where a counter table has the signals' counters (holding the table, whose identity keys it)."""
+
+    layout: Layout
+    cols: np.ndarray
+    member: np.ndarray
+    """Per column, which signal it is of (one-hot)."""
+    sizes: np.ndarray
+    """Per signal, how many of its counters the table has."""
+    shown: tuple[tuple[tuple[str, int], ...], ...]
+    """Per signal, each counter it has as (evidence key, column): what its symptom shows."""
+
+    @classmethod
+    def of(cls, layout: Layout) -> _Columns:
+        present = [
+            (col, k, name)
+            for k, (_, names) in enumerate(_SIGNALS)
+            for name in names
+            if (col := layout.col(name)) is not None
+        ]
+        member = np.zeros((len(present), len(_SIGNALS)), dtype=np.int64)
+        for row, (_, k, _) in enumerate(present):
+            member[row, k] = 1
+        shown = tuple(tuple((f"{n}_pps", c) for c, j, n in present if j == k) for k in range(len(_SIGNALS)))
+        return cls(
+            layout, np.array([c for c, _, _ in present], dtype=np.intp), member, member.sum(axis=0), shown
+        )
 
 
 DETECTOR = Detector(
