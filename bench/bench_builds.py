@@ -10,9 +10,10 @@ best and the median of ``--repeats`` passes. Then, with a baseline, one line per
 of this build to the baseline, from each build's best over all rounds.
 
 With ``--instructions`` (valgrind installed) each build's instructions per snapshot are counted
-too: a pass of three runs less a pass of one, so that start-up and imports cancel. Counts move by
-well under 1 % from run to run where CPU time moves by 10-30 % here; they weigh a numpy call on
-5,504 values less than its memory traffic costs, so they are a second figure, not the only one.
+too: a pass of three runs less a pass of one, so that start-up and imports cancel, with a fixed
+hash seed. Counts move by a percent or two from session to session where CPU time moves by 10-30 %
+here (and by more when a neighbour loads the machine); they weigh a numpy call on 5,504 values by
+its instructions, not its memory traffic, so they are a second figure, not the only one.
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ def instructions(build: str | None, path: str, name: str, batch: int, snapshots:
     def counted(repeats: int) -> int:
         cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
         cmd += [sys.executable, str(CHILD), path, name, str(repeats), str(batch)]
-        done = subprocess.run(cmd, env=child_env(build), capture_output=True, text=True, check=False)
+        env = child_env(build) | {"PYTHONHASHSEED": "0"}  # the same dict and set orders every run
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
         if done.returncode or found is None:
             sys.exit(f"valgrind on {build or 'this build'} failed:\n{done.stderr[-3000:]}")
