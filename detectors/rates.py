@@ -417,11 +417,11 @@ class RateEngine:
             )
 
     def _stale_ports(self, prev: _DeviceState, changed: np.ndarray, ts_ns: int) -> np.ndarray | None:
-        """Ports that read exactly as before (``changed``: which values did not) although they were
-        moving, within ``STALE_MAX_S`` of their last change, while the device's other ports moved:
-        reads between two refreshes of the port's counters, held at their last change so that the
-        next one's rate spans the whole time since (``stats.stale_ports``). None: every port is
-        fresh."""
+        """Ports that read exactly as before (``changed``: per value, whether it differs from the
+        last read) although they were moving, within ``STALE_MAX_S`` of their last change, while
+        the device's other ports moved: reads between two refreshes of the port's counters, held
+        at their last change so that the next one's rate spans the whole time since
+        (``stats.stale_ports``). None: every port is fresh."""
         if prev.moved is None:
             return None
         last_change = prev.read_ns.min(axis=1) if prev.read_ns is not None else prev.ts_ns
