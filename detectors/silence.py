@@ -22,7 +22,7 @@ what each collector's ``/healthz`` and Prometheus' ``up`` are for
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -100,6 +100,53 @@ class SilenceWatch:
         self._source[i] = self._sources.setdefault(source, len(self._sources))
         self._watched[i] = self._polls[i] >= self.config.established_polls
         self._last[i] = max(int(self._last[i]), ts_ns)
+        return returning
+
+    def seen_many(
+        self, devices: Sequence[str], kinds: Sequence[str], ts_ns: Sequence[int], sources: Sequence[str]
+    ) -> list[int]:
+        """``seen`` of each poll in turn, with the same results, in a few numpy passes per wave of
+        the batch (a device's second poll in it waits for the second wave): a worker's batch is a
+        thousand polls, and ``seen``'s scalar reads of numpy arrays were 4 % of stage 1. Returns
+        the positions of the polls that end a dark spell."""
+        where = np.empty(len(devices), np.int64)
+        waves: list[list[int]] = []
+        count: dict[int, int] = {}
+        for k, (device, kind) in enumerate(zip(devices, kinds, strict=True)):
+            i = self._index.get(device)
+            where[k] = i = self._add(device, kind) if i is None else i
+            wave = count.get(i, 0)
+            count[i] = wave + 1
+            if wave == len(waves):
+                waves.append([])
+            waves[wave].append(k)
+        numbered = np.array([self._sources.setdefault(s, len(self._sources)) for s in sources], np.int64)
+        stamps = np.asarray(ts_ns, dtype=np.int64)
+        returning: list[int] = []
+        for wave in waves:
+            k = np.array(wave)
+            returning += k[self._seen_wave(where[k], stamps[k], numbered[k])].tolist()
+        return sorted(returning)
+
+    def _seen_wave(self, i: np.ndarray, ts_ns: np.ndarray, source: np.ndarray) -> np.ndarray:
+        """``seen`` of polls of distinct devices (rows ``i``): which end a dark spell."""
+        c = self.config
+        had = self._polls[i] > 0
+        gap = (ts_ns - self._last[i]) / _NS
+        late = had & (gap <= 0)  # ``seen`` changes nothing for these
+        typical = self._interval[i]
+        unknown = np.isnan(typical)
+        threshold = np.maximum(c.min_dark_s, c.dark_after_polls * np.where(unknown, 0.0, typical))
+        judged = had & ~late
+        returning = judged & self._watched[i] & (gap > threshold)
+        averaged = typical + _INTERVAL_WEIGHT * (gap - typical)
+        interval = np.where(unknown, gap, np.where(gap <= 3 * typical, averaged, typical))
+        self._interval[i[judged]] = interval[judged]
+        taken = i[~late]
+        self._polls[taken] += 1
+        self._source[taken] = source[~late]
+        self._watched[taken] = self._polls[taken] >= c.established_polls
+        self._last[taken] = np.maximum(self._last[taken], ts_ns[~late])
         return returning
 
     def _threshold_s(self, interval: np.ndarray) -> np.ndarray:

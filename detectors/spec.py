@@ -206,6 +206,13 @@ class ClockWatch(Protocol):
         the device's present)."""
         ...
 
+    def seen_many(
+        self, devices: Sequence[str], kinds: Sequence[str], ts_ns: Sequence[int], sources: Sequence[str]
+    ) -> list[int]:
+        """``seen`` of a batch's polls in turn, with the same results: the positions of those
+        that return ``True``."""
+        ...
+
     def sweep(self, now_ns: int, by_source: Mapping[str, int] | None = None) -> list[Symptom]:
         """Symptoms that started or cleared as time moved to ``now_ns`` (per input partition:
         ``by_source``)."""

@@ -232,12 +232,13 @@ class Stage1:
     def _seen(self, snaps: Sequence[Snapshot], sources: Sequence[str]) -> set[int]:
         """Tell the watches of these polls; the indexes of those that end a dark spell of their
         device, whose rates average the spell: the detectors judge the device again from its next."""
-        return {
-            i
-            for w in self._watches
-            for i, (snap, source) in enumerate(zip(snaps, sources, strict=True))
-            if w.seen(snap.device, snap.device_kind, snap.ts_ns, source)
-        }
+        if len(snaps) == 1:  # ``process``: one poll, no numpy pass
+            (snap,), (source,) = snaps, sources
+            told = [w.seen(snap.device, snap.device_kind, snap.ts_ns, source) for w in self._watches]
+            return {0} if any(told) else set()
+        devices, kinds = [s.device for s in snaps], [s.device_kind for s in snaps]
+        stamps = [s.ts_ns for s in snaps]
+        return {i for w in self._watches for i in w.seen_many(devices, kinds, stamps, sources)}
 
     def _stacked(
         self,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import pytest
 from helpers import small_fabric
 
 from fabricwatch.detectors.silence import SilenceConfig, SilenceWatch
@@ -114,3 +116,29 @@ def test_a_device_handed_to_another_worker_is_cleared_and_no_longer_timed_here()
     assert [(s.device, s.active, s.evidence["cleared"]) for s in handed] == [("a", False, "handed over")]
     polls(watch, "b", 30, 31)
     assert sweep(watch, 31, 300) == [("b", False, 1.0), ("b", True, 11.0)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_batch_is_seen_as_its_polls_one_at_a_time(seed):
+    """``seen_many`` (a worker's batch, in numpy passes per wave) against ``seen`` poll by poll:
+    the same polls end a dark spell, and the watches sweep the same symptoms after. Random runs
+    with devices polled several times in a batch, late and repeated stamps, dark spells, and
+    devices forgotten (handed over) and back."""
+    rng = np.random.default_rng(seed)
+    cfg = SilenceConfig(dark_after_polls=3, min_dark_s=5, established_polls=2, forget_after_s=60)
+    one, many = SilenceWatch(cfg), SilenceWatch(cfg)
+    clock = {f"d{i}": 0.0 for i in range(12)}
+    for step in range(120):
+        batch = []
+        for _ in range(int(rng.integers(1, 25))):
+            device = f"d{rng.integers(12)}"
+            clock[device] += float(rng.choice([1.0, 1.0, 0.5, 0.0, -1.0, 9.0, 40.0]))
+            source = f"fabric.counters/{rng.integers(3)}"
+            batch.append((device, "nic", T0 + int(max(clock[device], 0.0) * NS), source))
+        want = [k for k, (d, kind, ts, src) in enumerate(batch) if one.seen(d, kind, ts, src)]
+        assert many.seen_many(*map(list, zip(*batch, strict=True))) == want
+        now = T0 + int(max(clock.values()) * NS)
+        assert one.sweep(now) == many.sweep(now)
+        if step % 30 == 29:
+            gone = [f"d{rng.integers(12)}"]
+            assert one.forget(gone, now) == many.forget(gone, now)
