@@ -27,7 +27,7 @@ from fabricwatch.detectors.evidence import evidence, port_symptoms
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.link_errors import link_root
 from fabricwatch.detectors.persistence import LACK_OF_DATA_S
-from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, SymptomKind
+from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, Poll, PollStack, SymptomKind
 from fabricwatch.schemas.config import Positive
 from fabricwatch.schemas.messages import Symptom
 
@@ -72,6 +72,16 @@ class LinkState:
     def open(self, device: str) -> bool:
         state = self._devices.get(device)
         return state is not None and bool(state.active.any() or state.was_down.any())
+
+    def screen(self, stack: PollStack) -> np.ndarray:
+        """Per poll (``spec.Screening``): no link state or transition above zero. On a device with
+        nothing open (no port down or reported), such a poll reads every port up or unknown and
+        starts nothing; ``update`` would only move what a port's next event resets before anything
+        reads it (its time stable, when it was last read, its flaps)."""
+        return ~stack.above_zero(SIGNALS)
+
+    def pass_over(self, poll: Poll) -> None:
+        """A poll the screen passed over leaves nothing to keep."""
 
     def update(self, poll: Poll) -> list[Symptom]:
         frame = poll.frame

@@ -15,6 +15,7 @@ from fabricwatch.detectors.fabric import FabricMap
 from fabricwatch.detectors.incast import IncastDetector
 from fabricwatch.detectors.link_degrading import LinkDegrading
 from fabricwatch.detectors.link_speed import LinkSpeed
+from fabricwatch.detectors.link_state import LinkState
 from fabricwatch.detectors.optics import Optics
 from fabricwatch.detectors.pfc_storm import NicPauseStorm, PfcWatchdog, StalledEgress
 from fabricwatch.detectors.rates import Layout, RateEngine, RateFrame
@@ -117,6 +118,23 @@ def test_a_nic_that_marks_passes_the_pause_storm_screen_and_one_that_pauses_or_w
         {"tx_pfc_duration_us": 300_000, "pause_storm_warning_events": 1},
     )
     assert NicPauseStorm(DetectorConfig().pfc_storm).screen(polls).tolist() == [True, True, False, False]
+
+
+def test_a_marking_nic_with_its_link_up_passes_the_link_state_screen_and_a_down_or_flapping_one_does_not():
+    counters = [
+        CounterSpec("rx_ecn_marked_packets"),
+        CounterSpec("oper_down", kind="gauge"),
+        CounterSpec("carrier_changes"),
+    ]
+    frames = []
+    for i, (down, changes) in enumerate([(0, 0), (0, 0), (1, 0), (0, 2)]):
+        engine = RateEngine()
+        for t in (0, 1):
+            values = [[5000 * t, down * t, changes * t]]
+            frame = engine.update(Snapshot(f"h{i}/mlx5_0", "nic", T0 + t * 10**9, counters, ["1"], values))
+        frames.append(frame)
+    polls = PollStack.of(frames, [np.full(1, LINE_Bps)] * len(frames), FabricMap(None))
+    assert LinkState(DetectorConfig().link_state).screen(polls).tolist() == [True, True, False, False]
 
 
 def test_a_switch_that_cannot_show_a_stall_passes_the_stall_screen_whole():

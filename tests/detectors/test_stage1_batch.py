@@ -22,11 +22,12 @@ from fabricwatch.schemas.messages import Snapshot, Topology
 SCENARIOS = SCENARIOS / "eval"
 
 
-DURATION_S = {"phy_health_1s_64h": 150}
+DURATION_S = {"phy_health_1s_64h": 150, "link_down_1s_64h": 160}
 """Simulated seconds of a trace, 40 unless its faults show later (the paced checks, 10 s apart)."""
 SHOWN = {
     "phy_health_1s_64h": {"fec_degrading", "link_slow", "optic_out_of_range", "pcie_stalled", "link_errors"},
     "drops_1s_64h": {"drops", "retransmitting"},
+    "link_down_1s_64h": {"link_down"},
 }
 """Kinds a trace must show: the paced detectors and those of rare events screen a batch's polls
 (issue 37), and must judge those that see a fault."""
@@ -60,6 +61,7 @@ def same(a, b) -> bool:
         "switch_stall_200ms_64h",
         "phy_health_1s_64h",
         "drops_1s_64h",
+        "link_down_1s_64h",
     ],
 )
 @pytest.mark.parametrize("batch", [1, 7, 500])
