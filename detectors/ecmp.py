@@ -11,6 +11,7 @@ polarised onto few members for ``polarised_persist_s`` is reported too; stage 2 
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,12 +136,8 @@ class EcmpDetector:
         n = members.sum(axis=1)
         group_total = total_bytes.sum(axis=1)
         shares = total_bytes / np.maximum(group_total, 1.0)[:, None]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            plogp = np.where(shares > 0, shares * np.log(shares), 0.0)
-            entropy = -plogp.sum(axis=1) / np.log(n) + 0.0  # + 0.0: all on one member is 0, not -0.0
-            max_over_mean = shares.max(axis=1) * n
-            mean = 1.0 / n
-            cv = np.sqrt((np.where(members, (shares - mean[:, None]) ** 2, 0.0)).sum(axis=1) / n) / mean
+        max_over_mean = shares.max(axis=1) * n
+        spread = functools.cache(lambda: _spread(shares, members, n))  # evidence: for a report only
         hot = util.max(axis=1)
         # A poll can judge a group when every member's bytes are known and the group carried enough
         # that, all on one member, it would show: less (a poll of zeros between two refreshes of
@@ -156,18 +153,18 @@ class EcmpDetector:
             & (n >= 2)  # a group down to one member has no balance to judge (its link incidents say why)
         )
         few = np.maximum(1, (n * cfg.polarised_members).astype(int))
-        top_share = self._top_share(shares, few)
+        top_share = functools.cache(lambda: self._top_share(shares, few))
         streak = self._streaks.get(frame.device, hot.shape)
-        saturated = (
-            (hot >= cfg.min_hot_utilisation)
-            | ((hot >= cfg.hold_hot_utilisation) & self._queued(frame, layout, util))
-        ) & (max_over_mean >= cfg.max_over_mean)
-        polarised = (
-            (n >= cfg.polarised_min_members)
-            & (hot >= cfg.polarised_hot_utilisation)
-            & (top_share >= cfg.polarised_share)
-        )
-        holds = (hot >= cfg.hold_hot_utilisation) & (max_over_mean >= cfg.hold_max_over_mean)
+        warm = hot >= cfg.hold_hot_utilisation  # below it no group saturates or holds (min_hot is above)
+        saturated = np.zeros(hot.shape, dtype=bool)
+        if warm.any():
+            saturated = ((hot >= cfg.min_hot_utilisation) | (warm & self._queued(frame, layout, util))) & (
+                max_over_mean >= cfg.max_over_mean
+            )
+        polarised = (n >= cfg.polarised_min_members) & (hot >= cfg.polarised_hot_utilisation)
+        if polarised.any():  # most polls: no group big and busy enough, and no members to sort
+            polarised &= top_share() >= cfg.polarised_share
+        holds = warm & (max_over_mean >= cfg.hold_max_over_mean)
         skewed = known & (saturated | polarised | (holds & ((streak.polls > 0) | streak.active)))
 
         # A poll that cannot judge the group, within STALE_MAX_S of one that could, still counts
@@ -198,6 +195,7 @@ class EcmpDetector:
         ended = streak.lapse(frame.ts_ns, cfg.lack_of_data_s)
 
         def symptom(g: int, active: bool) -> Symptom:
+            entropy, cv = spread()
             names = state.groups[g].members
             down = [m for k, m in enumerate(names) if layout.members[g, k] and not members[g, k]]
             return Symptom(
@@ -212,7 +210,7 @@ class EcmpDetector:
                     max_over_mean=max_over_mean[g],
                     cv=cv[g],
                     hot_utilisation=hot[g],
-                    top_share=top_share[g],
+                    top_share=top_share()[g],
                     top_members=int(few[g]),
                     shares=" ".join(f"{m}={shares[g, k]:.2f}" for k, m in enumerate(names) if members[g, k]),
                     **fewer_members(down, int(n[g])),
@@ -293,6 +291,18 @@ class EcmpDetector:
                         rows[gi, k], present[gi, k] = where[m], True
             layout = state.layouts[key] = _Layout(rows, members, present)
         return layout
+
+
+def _spread(shares: np.ndarray, members: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each group's Shannon entropy of its members' shares over ln(members), and their coefficient
+    of variation: the evidence beside max/mean, which decides. Only a poll that reports a group
+    needs them (most polls report none), so only such a poll computes them."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        plogp = np.where(shares > 0, shares * np.log(shares), 0.0)
+        entropy = -plogp.sum(axis=1) / np.log(n) + 0.0  # + 0.0: all on one member is 0, not -0.0
+        mean = 1.0 / n
+        cv = np.sqrt((np.where(members, (shares - mean[:, None]) ** 2, 0.0)).sum(axis=1) / n) / mean
+    return entropy, cv
 
 
 def fewer_members(down: list[str], up: int) -> dict[str, str]:
