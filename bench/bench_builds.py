@@ -10,10 +10,10 @@ best and the median of ``--repeats`` passes. Then, with a baseline, one line per
 of this build to the baseline, from each build's best over all rounds.
 
 With ``--instructions`` (valgrind installed) each build's instructions per snapshot are counted
-too: a pass of three runs less a pass of one, so that start-up and imports cancel, with a fixed
-hash seed. Counts move by a percent or two from session to session where CPU time moves by 10-30 %
-here (and by more when a neighbour loads the machine); they weigh a numpy call on 5,504 values by
-its instructions, not its memory traffic, so they are a second figure, not the only one.
+too: seven passes less one, so that start-up and imports cancel, with a fixed hash seed. Counts
+move by 2-3 % from run to run where CPU time moves by 10-30 % here (and by more when a
+neighbour loads the machine); they weigh a numpy call on 5,504 values by its instructions, not
+its memory traffic, so they are a second figure, not the only one.
 """
 
 from __future__ import annotations
@@ -84,7 +84,9 @@ def cpu(build: str | None, path: str, name: str, repeats: int, batch: int) -> di
 
 
 def instructions(build: str | None, path: str, name: str, batch: int, snapshots: int) -> int:
-    """Instructions per snapshot: three passes less one, under valgrind's cachegrind."""
+    """Instructions per snapshot: seven passes less one, under valgrind's cachegrind. A run's
+    count moves by some 40 M instructions from run to run whatever the fixed hash seed (start-up),
+    which over six passes of the 160 switch snapshots is 2-3 % of a snapshot's count."""
 
     def counted(repeats: int) -> int:
         cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
@@ -96,7 +98,7 @@ def instructions(build: str | None, path: str, name: str, batch: int, snapshots:
             sys.exit(f"valgrind on {build or 'this build'} failed:\n{done.stderr[-3000:]}")
         return int(found.group(1).replace(",", ""))
 
-    return round((counted(3) - counted(1)) / (2 * snapshots))
+    return round((counted(7) - counted(1)) / (6 * snapshots))
 
 
 def timed(builds: list[str | None], path: str, name: str, args: argparse.Namespace) -> dict:
