@@ -317,6 +317,14 @@ class PortRates(msgspec.Struct, tag="rates", tag_field="type", omit_defaults=Tru
             return np.frombuffer(self.values, dtype="<f8").reshape(shape)
         return np.asarray(self.values, dtype=np.float64).reshape(shape)
 
+    def column(self, name: str) -> np.ndarray:
+        """One column's value per port, NaN where the message has no such column. Read columns by
+        name, never by their place in ``PORT_RATE_COLUMNS``: stage 1 sends only the columns its
+        devices' counters feed (``detectors.summary``), and another build may send others."""
+        if name not in self.columns:
+            return np.full(len(self.ports), np.nan)
+        return self.matrix()[:, self.columns.index(name)]
+
 
 class RatesBatch(msgspec.Struct, tag="rates_batch", tag_field="type", omit_defaults=True):
     """The ``PortRates`` of many devices in one message: what a stage-1 batch computed for the

@@ -20,7 +20,7 @@ from fabricwatch.ingest.sonic.switch import COUNTERS_DB
 from fabricwatch.local.processes import fabricwatch_command
 from fabricwatch.local.redis_server import redis_server
 from fabricwatch.schemas import topics
-from fabricwatch.schemas.messages import PORT_RATE_COLUMNS, decode_rates
+from fabricwatch.schemas.messages import decode_rates
 
 pytestmark = [
     pytest.mark.processes,
@@ -86,14 +86,13 @@ def test_the_daemon_publishes_what_a_worker_turns_into_the_switch_s_rates(broker
     assert published and "(0 failed, 0 dropped)" in published[0], err
     assert "refresh intervals from CONFIG_DB" in err  # it says which schedule it works to
 
-    tx, pause = PORT_RATE_COLUMNS.index("tx_bps"), PORT_RATE_COLUMNS.index("rx_pause_pps")
     messages = [m for r in rates.stop() for m in decode_rates(r.value)]
     assert {m.device for m in messages} == {"leaf-3"} and all(m.device_kind == "switch" for m in messages)
     for msg in messages[1:]:  # the first rate may span the daemon's start-up
-        row = msg.matrix()[msg.ports.index("Ethernet4")]
-        assert row[tx] == pytest.approx(OCTETS_PER_S * 8, rel=0.3)
-        assert row[pause] == pytest.approx(PFC3_PER_S, rel=0.3)
-        assert msg.matrix()[msg.ports.index("Ethernet0")][tx] == 0.0
+        busy = msg.ports.index("Ethernet4")
+        assert msg.column("tx_bps")[busy] == pytest.approx(OCTETS_PER_S * 8, rel=0.3)
+        assert msg.column("rx_pause_pps")[busy] == pytest.approx(PFC3_PER_S, rel=0.3)
+        assert msg.column("tx_bps")[msg.ports.index("Ethernet0")] == 0.0
     total_s = sum(m.dt_s for m in messages[1:])
-    mean_bps = sum(m.matrix()[m.ports.index("Ethernet4")][tx] * m.dt_s for m in messages[1:]) / total_s
+    mean_bps = sum(m.column("tx_bps")[m.ports.index("Ethernet4")] * m.dt_s for m in messages[1:]) / total_s
     assert mean_bps == pytest.approx(OCTETS_PER_S * 8, rel=0.05)

@@ -205,6 +205,9 @@ def test_a_batch_sends_the_columns_its_counters_feed_and_no_others():
     assert {"cnp_sent_pps", "watermark_bytes_max", "discards_pps"} <= set(batch.columns)
     assert not {"pg_drops_pps", "crc_errors_pps", "cnp_received_pps"} & set(batch.columns)
     assert batch.columns == [c for c in PORT_RATE_COLUMNS if c in batch.columns]  # in their order
+    nic_rates, switch_rates = batch.split()
+    assert nic_rates.column("tx_bps").tolist() == [8e9]  # read by name, wherever it is
+    assert np.isnan(switch_rates.column("pg_drops_pps")).all()  # not sent: unknown, per port
 
 
 def test_a_batch_is_cut_between_frames_at_its_row_limit():

@@ -102,7 +102,10 @@ def test_a_1ms_capture_puts_each_burst_in_the_milliseconds_it_was_sent_and_count
         window = slice(max(0, int(lo)), int(np.ceil(hi)) + 1)
         near[window] = True
         assert per_bin[window].sum() >= 0.95 * size, "the burst's bytes in its own milliseconds"
-        assert per_bin[window].max() >= 0.3 * size, "its peak in one or two bins, not smeared"
+        # A loaded machine may hold the sender back mid-burst (CI once read a 180 KB burst as 53 KB
+        # in each of three bins): the peak is judged against how long the send itself took.
+        sent_ms = max(1.0, (last - first) / 1e6)
+        assert per_bin[window].max() >= 0.3 * size / sent_ms, "its peak in the ms it was sent, not smeared"
     assert per_bin[~near].sum() <= 0.01 * FRAMES * FRAME, "nothing between the bursts"
 
 
