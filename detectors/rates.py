@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fabricwatch.detectors.waves import waves
 from fabricwatch.schemas.messages import CounterSpec, Snapshot
 from fabricwatch.schemas.vocabulary import canonical
 
@@ -332,15 +333,7 @@ class RateEngine:
         that went down, a repeat of the last read, a late or duplicate one) takes ``update``, and
         so do big snapshots, whose per-call cost is small beside their arithmetic."""
         out: list[RateFrame | None] = [None] * len(snaps)
-        waves: list[list[int]] = []
-        seen: dict[str, int] = {}
-        for i, snap in enumerate(snaps):
-            wave = seen.get(snap.device, 0)
-            seen[snap.device] = wave + 1
-            if wave == len(waves):
-                waves.append([])
-            waves[wave].append(i)
-        for wave in waves:
+        for wave in waves(s.device for s in snaps):
             groups: dict[tuple[int, int], tuple[Layout, list[int]]] = {}
             for i in wave:
                 snap = snaps[i]

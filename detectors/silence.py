@@ -30,6 +30,7 @@ import numpy as np
 
 from fabricwatch.detectors.incident_state import Group, Incident, SymptomKey
 from fabricwatch.detectors.spec import Describer, Detector, IncidentKind, SymptomKind
+from fabricwatch.detectors.waves import waves
 from fabricwatch.schemas.config import AtLeastOne, Positive
 from fabricwatch.schemas.messages import RootCause, Symptom
 
@@ -109,21 +110,11 @@ class SilenceWatch:
         the batch (a device's second poll in it waits for the second wave): a worker's batch is a
         thousand polls, and ``seen``'s scalar reads of numpy arrays were 4 % of stage 1. Returns
         the positions of the polls that end a dark spell."""
-        where = np.empty(len(devices), np.int64)
-        waves: list[list[int]] = []
-        count: dict[int, int] = {}
-        for k, (device, kind) in enumerate(zip(devices, kinds, strict=True)):
-            i = self._index.get(device)
-            where[k] = i = self._add(device, kind) if i is None else i
-            wave = count.get(i, 0)
-            count[i] = wave + 1
-            if wave == len(waves):
-                waves.append([])
-            waves[wave].append(k)
+        where = np.array([self._row(d, kind) for d, kind in zip(devices, kinds, strict=True)], np.int64)
         numbered = np.array([self._sources.setdefault(s, len(self._sources)) for s in sources], np.int64)
         stamps = np.asarray(ts_ns, dtype=np.int64)
         returning: list[int] = []
-        for wave in waves:
+        for wave in waves(devices):
             k = np.array(wave)
             returning += k[self._seen_wave(where[k], stamps[k], numbered[k])].tolist()
         return sorted(returning)
@@ -193,6 +184,10 @@ class SilenceWatch:
             self._polls[i] = 0
             self._interval[i] = np.nan
         return out
+
+    def _row(self, device: str, device_kind: str) -> int:
+        i = self._index.get(device)
+        return self._add(device, device_kind) if i is None else i
 
     def _add(self, device: str, device_kind: str) -> int:
         i = len(self._names)
